@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Builds troupe's kernel images offline (no registry) and caches them:
+#   troupe/base:<version>     debootstrap bookworm minbase + images/base/packages.txt
+#   troupe/pytorch:<version>  base + PyTorch CPU + numpy in /opt/venv (wheels from pip's local config)
+# Each image is labelled troupe.recipe=<hash of its recipe files>; an image whose label
+# matches is kept as it is. The debootstrap root filesystem is cached as a tarball.
+# Usage: build-images.sh [base|pytorch ...]   (default: all)
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/common.sh
+. "$ROOT/scripts/common.sh"
+
+hash_files() { cat "$@" | sha256sum | cut -c1-16; }
+elapsed() { echo "$(( $(date +%s) - $1 )) s"; }
+# Indents a long step's output so it reads as progress under its heading.
+progress() { sed -u 's/^/    /'; }
+# Keeps the lines of a long step that show how far it got (never fails the pipeline itself).
+only() { grep --line-buffered -E "$1" || true; }
+
+BASE_RECIPE=$(hash_files "$ROOT/images/base/packages.txt" "$ROOT/images/base/Dockerfile")
+ROOTFS_KEY=$(hash_files "$ROOT/images/base/packages.txt")
+PYTORCH_RECIPE=$(echo "$BASE_RECIPE" | cat - "$ROOT/images/pytorch/Dockerfile" "$ROOT/images/pytorch/requirements.txt" | sha256sum | cut -c1-16)
+
+build_rootfs_tar() {
+  local tar="$CACHE_DIR/rootfs-$ROOTFS_KEY.tar"
+  if [ -s "$tar" ]; then echo "$tar"; return; fi
+  mkdir -p "$CACHE_DIR"
+  local dir; dir=$(mktemp -d /var/tmp/troupe-rootfs.XXXXXX)
+  # shellcheck disable=SC2064
+  trap "rm -rf '$dir'" RETURN
+  local mirror pkgs t0; mirror=$(debian_mirror); t0=$(date +%s)
+  pkgs=$(grep -v '^\s*#' "$ROOT/images/base/packages.txt" | xargs | tr ' ' ',')
+  echo "==> debootstrap bookworm minbase (+$pkgs) — about a minute" >&2
+  debootstrap --variant=minbase --include="$pkgs" bookworm "$dir" "$mirror" 2>&1 \
+    | only '^I: (Retriev|Validat|Extract|Install|Configur|Base)' | progress >&2
+  chroot "$dir" apt-get clean
+  # No shared SSH host keys: troupe generates them per kernel.
+  rm -rf "$dir"/var/lib/apt/lists/* "$dir"/etc/ssh/ssh_host_* "$dir"/var/cache/apt/*.bin
+  mkdir -p "$dir/run/sshd"
+  : > "$dir/etc/resolv.conf"
+  tar --numeric-owner -C "$dir" -cf "$tar.tmp" .
+  mv "$tar.tmp" "$tar"
+  echo "    root filesystem ready in $(elapsed "$t0")" >&2
+  echo "$tar"
+}
+
+build_base() {
+  local tag="troupe/base:$TROUPE_VERSION"
+  if [ "$(image_recipe "$tag")" = "$BASE_RECIPE" ]; then echo "==> $tag is up to date"; return; fi
+  local tar t0 rootfs="troupe/rootfs:$ROOTFS_KEY"
+  tar=$(build_rootfs_tar); t0=$(date +%s)
+  if ! "$DOCKER" image inspect "$rootfs" >/dev/null 2>&1; then
+    echo "==> importing root filesystem as $rootfs"
+    "$DOCKER" import "$tar" "$rootfs" >/dev/null
+  fi
+  echo "==> building $tag"
+  DOCKER_BUILDKIT=1 "$DOCKER" build -q --build-arg ROOTFS="$rootfs" --build-arg RECIPE="$BASE_RECIPE" \
+    -t "$tag" "$ROOT/images/base" >/dev/null
+  "$DOCKER" tag "$tag" troupe/base:latest
+  echo "    $tag built in $(elapsed "$t0")"
+}
+
+build_pytorch() {
+  local tag="troupe/pytorch:$TROUPE_VERSION"
+  if [ "$(image_recipe "$tag")" = "$PYTORCH_RECIPE" ]; then echo "==> $tag is up to date"; return; fi
+  local ctx t0; t0=$(date +%s)
+  ctx="$CACHE_DIR/pytorch-context"
+  mkdir -p "$ctx/wheels"
+  cp "$ROOT/images/pytorch/Dockerfile" "$ctx/Dockerfile"
+  cp "$ROOT/images/pytorch/requirements.txt" "$ctx/wheels/requirements.txt"
+  echo "==> downloading wheels (pip's configured index and local wheel files)"
+  "$(command -v python3.11 || command -v python3)" -m pip download -q --disable-pip-version-check \
+    --only-binary=:all: -d "$ctx/wheels" -r "$ctx/wheels/requirements.txt" 2>&1 | { grep -v "^WARNING: Location" || true; } | progress
+  echo "==> building $tag (installs PyTorch into /opt/venv)"
+  DOCKER_BUILDKIT=1 "$DOCKER" build --progress=plain --build-arg BASE="troupe/base:$TROUPE_VERSION" \
+    --build-arg RECIPE="$PYTORCH_RECIPE" -t "$tag" "$ctx" 2>&1 \
+    | only '^#[0-9]+ (\[|DONE|ERROR)|error' | progress
+  "$DOCKER" image inspect "$tag" >/dev/null 2>&1 || die "building $tag failed"
+  "$DOCKER" tag "$tag" troupe/pytorch:latest
+  echo "    $tag built in $(elapsed "$t0")"
+}
+
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(base pytorch)
+for t in "${targets[@]}"; do
+  case "$t" in
+    base) build_base ;;
+    pytorch) build_base; build_pytorch ;;
+    *) die "unknown image $t (known: base pytorch)" ;;
+  esac
+done

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Sets up troupe on a Debian 12 machine, as root, idempotently:
+#   1. Debian packages (docker.io, debootstrap, ...) when missing;
+#   2. dockerd started when it does not answer (a running one is left alone);
+#   3. the virtual environment .venv with troupe installed;
+#   4. the kernel images troupe/base and troupe/pytorch, built offline and cached
+#      (each image carries a hash of its recipe and is rebuilt only when that changes).
+# A second run with nothing to do takes a few seconds.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+# shellcheck source=scripts/common.sh
+. "$ROOT/scripts/common.sh"
+
+[ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts dockerd)"
+
+step() { printf '\033[1;34m==>\033[0m %s\n' "$*"; }
+
+# --- 1. packages --------------------------------------------------------------
+need_pkgs=()
+for p in docker.io debootstrap busybox-static iptables iproute2 util-linux python3-venv; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$p")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  step "installing Debian packages: ${need_pkgs[*]}"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need_pkgs[@]}"
+fi
+
+# --- 2. docker engine ---------------------------------------------------------
+if ! "$DOCKER" info >/dev/null 2>&1; then
+  step "starting dockerd (log: /var/log/troupe-dockerd.log)"
+  # The host may come with a stale pidfile from a run that was killed.
+  if [ -f /var/run/docker.pid ] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
+    rm -f /var/run/docker.pid
+  fi
+  setsid /usr/sbin/dockerd >>/var/log/troupe-dockerd.log 2>&1 </dev/null &
+  for _ in $(seq 1 600); do
+    "$DOCKER" info >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  "$DOCKER" info >/dev/null 2>&1 || die "dockerd did not answer within 60 s; see /var/log/troupe-dockerd.log"
+fi
+
+# --- 3. virtual environment ---------------------------------------------------
+PY=${TROUPE_PYTHON:-$(command -v python3.11 || command -v python3)}
+venv_stamp=$(cat pyproject.toml | sha256sum | cut -c1-16)
+if [ ! -x .venv/bin/troupe ] || [ "$(cat .venv/.troupe-stamp 2>/dev/null)" != "$venv_stamp" ]; then
+  step "installing troupe into .venv"
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+  echo "$venv_stamp" > .venv/.troupe-stamp
+fi
+
+# --- 4. kernel images ---------------------------------------------------------
+"$ROOT/scripts/build-images.sh"
+step "ready: $("$DOCKER" image ls --format '{{.Repository}}:{{.Tag}}' | grep '^troupe/' | sort | tr '\n' ' ')"

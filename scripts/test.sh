@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: set-up (idempotent: packages, dockerd, venv, images), then pytest.
+# Extra arguments go to pytest.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+bash scripts/setup.sh
+.venv/bin/ruff check src tests
+.venv/bin/mypy
+exec .venv/bin/pytest "$@"

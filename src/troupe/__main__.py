@@ -1,0 +1,3 @@
+from troupe.client.cli.main import app
+
+app()

@@ -1,0 +1,255 @@
+"""Wire format of the REST API (`/v1`), shared by the manager and the client SDK.
+
+Validation lives here so that every entry point (API, CLI through the API, web UI) rejects bad
+input with the same message naming the field and the rule.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from troupe.cluster import RESERVED_ENV_PREFIX
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: The one BACKENDAI_ variable a user may set: the base port of MASTER_PORT and TF_CONFIG.
+USER_SETTABLE_RESERVED = frozenset({"BACKENDAI_DIST_MASTER_PORT"})
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_size(value: object) -> int:
+    """Bytes from an int or a string such as ``512m``, ``1g``, ``1.5GiB`` (binary units)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a size such as 512m or 2g")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        m = _SIZE.match(value)
+        if m:
+            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    raise ValueError("must be a size such as 512m or 2g")
+
+
+def format_size(n: int) -> str:
+    for unit, factor in (("g", 1024**3), ("m", 1024**2), ("k", 1024)):
+        if n >= factor and n % factor == 0:
+            return f"{n // factor}{unit}"
+    return str(n)
+
+
+Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
+Name = Annotated[str, Field(pattern=NAME_PATTERN, description="letters, digits, _ . -; 1-63")]
+
+
+class SessionStatus(StrEnum):
+    PENDING = "PENDING"
+    SCHEDULED = "SCHEDULED"
+    PREPARING = "PREPARING"
+    RUNNING = "RUNNING"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATUSES
+
+
+FINAL_STATUSES = frozenset({SessionStatus.TERMINATED, SessionStatus.ERROR, SessionStatus.CANCELLED})
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Resources(Strict):
+    """Per-kernel resources; a session of size N needs N times this."""
+
+    cpu: float = Field(0.5, gt=0, le=1024, description="cores, may be fractional")
+    mem: Size = Field(512 * 1024**2, description="bytes, or a size such as 512m")
+    gpu: int = Field(0, ge=0, le=64, description="whole devices")
+
+    @field_validator("mem")
+    @classmethod
+    def _min_mem(cls, v: int) -> int:
+        if v < 6 * 1024**2:
+            raise ValueError("must be at least 6m (Docker's minimum memory limit)")
+        return v
+
+
+class Mount(Strict):
+    folder: Name
+    readonly: bool = False
+
+    @classmethod
+    def parse(cls, spec: str) -> Mount:
+        """``name`` or ``name:ro`` / ``name:rw`` as the CLI takes it."""
+        name, _, mode = spec.partition(":")
+        if mode not in ("", "ro", "rw"):
+            raise ValueError(f"mount {spec!r}: mode must be ro or rw")
+        return cls(folder=name, readonly=mode == "ro")
+
+
+class SessionCreate(Strict):
+    name: Name
+    image: str = Field(min_length=1, max_length=255)
+    cluster_size: int = Field(1, ge=1, description="number of kernels")
+    cluster_mode: Literal["single-node", "multi-node"] = "single-node"
+    resources: Resources = Field(default_factory=lambda: Resources())
+    mounts: list[Mount] = Field(default_factory=list)
+    environ: dict[str, str] = Field(default_factory=dict)
+    type: Literal["interactive", "batch"] = "interactive"
+    startup_command: str | None = Field(None, min_length=1, max_length=65536)
+    dist_env: Literal["default", "per-container"] = "default"
+    group: Name = "default"
+    priority: int = Field(0, ge=-100, le=100)
+    max_pending_seconds: float | None = Field(None, gt=0)
+    uid: int = Field(1000, ge=1, le=65534, description="uid of user work in every kernel")
+    gid: int = Field(1000, ge=1, le=65534, description="gid of user work in every kernel")
+    isolated_network: bool = False
+
+    @field_validator("environ")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for key, value in env.items():
+            if not ENV_NAME.match(key):
+                raise ValueError(f"{key!r} is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
+            if key.startswith(RESERVED_ENV_PREFIX) and key not in USER_SETTABLE_RESERVED:
+                raise ValueError(f"{key!r}: names starting with {RESERVED_ENV_PREFIX} are reserved")
+            if "\0" in value or "\n" in value:
+                raise ValueError(f"{key!r}: values may not contain NUL or newline")
+        port = env.get("BACKENDAI_DIST_MASTER_PORT")
+        if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError("BACKENDAI_DIST_MASTER_PORT must be a port number (1-65535)")
+        return env
+
+    @field_validator("mounts")
+    @classmethod
+    def _unique_mounts(cls, mounts: list[Mount]) -> list[Mount]:
+        names = [m.folder for m in mounts]
+        if len(names) != len(set(names)):
+            raise ValueError("each folder may be mounted once")
+        return mounts
+
+    @model_validator(mode="after")
+    def _batch_needs_command(self) -> SessionCreate:
+        if self.type == "batch" and not self.startup_command:
+            raise ValueError("startup_command: required for batch sessions")
+        if self.type == "interactive" and self.startup_command:
+            raise ValueError("startup_command: only batch sessions run a startup command")
+        return self
+
+
+class KernelInfo(BaseModel):
+    id: str
+    hostname: str
+    role: str
+    idx: int
+    rank: int
+    agent: str | None = None
+    container_id: str | None = None
+    ip: str | None = None
+    status: str
+    exit_code: int | None = None
+    oom_killed: bool = False
+
+
+class SessionInfo(BaseModel):
+    id: str
+    name: str
+    owner: str
+    status: SessionStatus
+    status_info: dict[str, Any] = Field(default_factory=dict)
+    type: str
+    image: str
+    cluster_size: int
+    cluster_mode: str
+    resources: Resources
+    mounts: list[Mount]
+    dist_env: str
+    group: str
+    priority: int
+    uid: int
+    gid: int
+    isolated_network: bool
+    network: str | None = None
+    subnet: str | None = None
+    exit_code: int | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    terminated_at: datetime | None = None
+    kernels: list[KernelInfo] = Field(default_factory=list)
+
+
+class ExecRequest(Strict):
+    command: list[str] = Field(min_length=1)
+    kernel: str = Field("main1", pattern=r"^(main1|sub[1-9][0-9]*)$")
+    user: Literal["work", "root"] = "work"
+
+
+class FolderCreate(Strict):
+    name: Name
+
+
+class FolderInfo(BaseModel):
+    id: str
+    name: str
+    owner: str
+    created_at: datetime
+
+
+class UserCreate(Strict):
+    name: Name
+    admin: bool = False
+
+
+class UserInfo(BaseModel):
+    id: str
+    name: str
+    admin: bool
+    created_at: datetime
+    api_key: str | None = Field(None, description="shown once, at creation")
+
+
+class AgentInfo(BaseModel):
+    id: str
+    name: str
+    group: str
+    status: str
+    cpu: float
+    mem: int
+    gpu: int
+    cpu_free: float
+    mem_free: int
+    gpu_free: int
+    kernels: int
+    swarm_manager: bool = False
+    heartbeat_age: float | None = None
+
+
+class ImageInfo(BaseModel):
+    name: str
+    id: str
+    size: int
+    created: str
+    has_sshd: bool | None = None
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail

@@ -1,0 +1,191 @@
+"""Python SDK for troupe's REST API (httpx). The CLI is built on it.
+
+Settings: ``TROUPE_API_URL`` (default http://127.0.0.1:8090) and ``TROUPE_API_KEY`` (default:
+the key in the credentials file the server writes on first start).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from troupe.api.models import (
+    AgentInfo,
+    ExecRequest,
+    FolderInfo,
+    ImageInfo,
+    SessionCreate,
+    SessionInfo,
+    UserInfo,
+)
+
+DEFAULT_URL = "http://127.0.0.1:8090"
+
+
+class TroupeError(Exception):
+    """An error answer of the API (``status`` 4xx/5xx) or a connection failure (status 0)."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+
+def credentials_path() -> Path:
+    from troupe.manager.config import default_config_dir
+
+    return default_config_dir() / "credentials.json"
+
+
+def load_settings(url: str | None = None, key: str | None = None) -> tuple[str, str | None]:
+    creds: dict[str, Any] = {}
+    p = credentials_path()
+    if p.exists():
+        try:
+            creds = json.loads(p.read_text())
+        except (OSError, ValueError):
+            creds = {}
+    url = url or os.environ.get("TROUPE_API_URL") or creds.get("api_url") or DEFAULT_URL
+    key = key or os.environ.get("TROUPE_API_KEY") or creds.get("api_key")
+    return url, key
+
+
+def _raise_for(resp: httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        resp.read()
+        err = resp.json()["error"]
+        raise TroupeError(resp.status_code, err["code"], err["message"], err.get("field"))
+    except (ValueError, KeyError, TypeError):
+        raise TroupeError(resp.status_code, "error", resp.text or resp.reason_phrase) from None
+
+
+class Client:
+    def __init__(
+        self, url: str | None = None, api_key: str | None = None, timeout: float = 60.0
+    ) -> None:
+        self.url, self.api_key = load_settings(url, api_key)
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self._http = httpx.Client(
+            base_url=self.url.rstrip("/") + "/v1", headers=headers, timeout=timeout
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _req(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            resp = self._http.request(method, path, **kw)
+        except httpx.TransportError as e:
+            raise TroupeError(0, "unreachable", f"cannot reach troupe at {self.url}: {e}") from e
+        _raise_for(resp)
+        return resp.json() if resp.content else None
+
+    # sessions
+    def create_session(self, req: SessionCreate) -> SessionInfo:
+        data = req.model_dump(mode="json", exclude_unset=True)
+        data["name"], data["image"] = req.name, req.image
+        return SessionInfo.model_validate(self._req("POST", "/sessions", json=data))
+
+    def list_sessions(self, all: bool = False) -> list[SessionInfo]:
+        return [
+            SessionInfo.model_validate(x)
+            for x in self._req("GET", "/sessions", params={"all": all})
+        ]
+
+    def get_session(self, ref: str) -> SessionInfo:
+        return SessionInfo.model_validate(self._req("GET", f"/sessions/{ref}"))
+
+    def wait_session(
+        self, ref: str, until: str = "running", since: str | None = None, timeout: float = 30.0
+    ) -> SessionInfo:
+        params: dict[str, Any] = {"until": until, "timeout": timeout}
+        if since:
+            params["since"] = since
+        return SessionInfo.model_validate(
+            self._req("GET", f"/sessions/{ref}/wait", params=params, timeout=timeout + 10)
+        )
+
+    def destroy_session(self, ref: str) -> SessionInfo:
+        return SessionInfo.model_validate(self._req("DELETE", f"/sessions/{ref}"))
+
+    def logs(self, ref: str, container: str | None = None, follow: bool = False) -> Iterator[str]:
+        params: dict[str, Any] = {"follow": follow}
+        if container:
+            params["container"] = container
+        try:
+            with self._http.stream(
+                "GET", f"/sessions/{ref}/logs", params=params, timeout=None if follow else 60
+            ) as resp:
+                _raise_for(resp)
+                yield from resp.iter_lines()
+        except httpx.TransportError as e:
+            raise TroupeError(0, "unreachable", f"cannot reach troupe at {self.url}: {e}") from e
+
+    def exec_stream(
+        self, ref: str, command: list[str], kernel: str = "main1", user: str = "work"
+    ) -> Iterator[str | int]:
+        """Yields output text chunks, then the exit code (an int) last."""
+        body = ExecRequest(command=command, kernel=kernel, user=user)
+        try:
+            with self._http.stream(
+                "POST", f"/sessions/{ref}/exec", json=body.model_dump(), timeout=None
+            ) as resp:
+                _raise_for(resp)
+                for line in resp.iter_lines():
+                    if not line:
+                        continue
+                    msg = json.loads(line)
+                    if "exit_code" in msg:
+                        yield int(msg["exit_code"])
+                    else:
+                        yield str(msg["output"])
+        except httpx.TransportError as e:
+            raise TroupeError(0, "unreachable", f"cannot reach troupe at {self.url}: {e}") from e
+
+    def exec(
+        self, ref: str, command: list[str], kernel: str = "main1", user: str = "work"
+    ) -> tuple[int, str]:
+        out, code = [], -1
+        for item in self.exec_stream(ref, command, kernel, user):
+            if isinstance(item, int):
+                code = item
+            else:
+                out.append(item)
+        return code, "".join(out)
+
+    # folders, users, agents, images
+    def create_folder(self, name: str) -> FolderInfo:
+        return FolderInfo.model_validate(self._req("POST", "/folders", json={"name": name}))
+
+    def list_folders(self) -> list[FolderInfo]:
+        return [FolderInfo.model_validate(x) for x in self._req("GET", "/folders")]
+
+    def delete_folder(self, name: str) -> None:
+        self._req("DELETE", f"/folders/{name}")
+
+    def create_user(self, name: str, admin: bool = False) -> UserInfo:
+        return UserInfo.model_validate(
+            self._req("POST", "/users", json={"name": name, "admin": admin})
+        )
+
+    def list_agents(self) -> list[AgentInfo]:
+        return [AgentInfo.model_validate(x) for x in self._req("GET", "/agents")]
+
+    def list_images(self) -> list[ImageInfo]:
+        return [ImageInfo.model_validate(x) for x in self._req("GET", "/images")]
+
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._req("GET", "/health")
+        return result

@@ -1,0 +1,657 @@
+"""Session life: validate, queue, place, create, watch and tear down (SPEC section 2).
+
+Every step that touches Docker runs under a deadline, and every failure path ends in
+:meth:`Registry._teardown`, which removes whatever exists for the session by its labels, so
+nothing is left half-created. State lives in the database; this object only holds tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import shutil
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from troupe.agent.docker_backend import AgentError, DockerAgent, ExecExit, ExecOutput
+from troupe.api.agent import KernelExit, NetworkSpec
+from troupe.api.models import (
+    FINAL_STATUSES,
+    ExecRequest,
+    SessionCreate,
+    SessionStatus,
+)
+from troupe.cluster import build_cluster, generate_ed25519
+from troupe.manager.config import ServerConfig
+from troupe.manager.errors import ApiError, conflict, invalid, not_found
+from troupe.manager.kernels import SessionPlan, kernel_specs
+from troupe.manager.logs import LogStore, merged, strip
+from troupe.manager.scheduler import AgentState, Request, never_fits, schedule
+from troupe.manager.store.models import Agent, Folder, Kernel, Session, User
+
+log = logging.getLogger(__name__)
+S = SessionStatus
+#: Statuses whose kernels hold resources on their agents.
+ALLOCATED = (S.SCHEDULED, S.PREPARING, S.RUNNING, S.TERMINATING)
+ACTIVE = (S.PENDING, *ALLOCATED)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Registry:
+    def __init__(
+        self,
+        config: ServerConfig,
+        db: async_sessionmaker[AsyncSession],
+        agents: dict[str, DockerAgent],
+    ) -> None:
+        self.config = config
+        self.db = db
+        self.agents = agents
+        self.log_store = LogStore(config.logs_dir)
+        self._wake = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._loop_task: asyncio.Task[None] | None = None
+
+    # -- start and stop ----------------------------------------------------------
+    async def start(self) -> None:
+        for agent_id, agent in self.agents.items():
+            await agent.start(on_exit=self._on_kernel_exit)
+            await self._register_agent(agent_id, agent)
+        await self.reconcile()
+        self._loop_task = asyncio.create_task(self._scheduler_loop(), name="scheduler")
+        self._wake.set()
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._loop_task, *self._tasks.values(), *self._background) if t]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for agent in self.agents.values():
+            await agent.close()
+
+    async def _register_agent(self, agent_id: str, agent: DockerAgent) -> None:
+        cap = await agent.capacity()
+        async with self.db() as db:
+            row = await db.get(Agent, agent_id)
+            if row is None:
+                row = Agent(id=agent_id, name=cap.name)
+                db.add(row)
+            row.group, row.cpu, row.mem, row.gpu = cap.group, cap.cpu, cap.mem, cap.gpu
+            row.swarm_manager, row.status, row.last_heartbeat = cap.swarm_manager, "ALIVE", _now()
+            await db.commit()
+
+    async def reconcile(self) -> None:
+        """After a manager restart: finish what was interrupted, remove what is orphaned."""
+        async with self.db() as db:
+            rows = await db.execute(select(Session).where(Session.status.in_(ALLOCATED)))
+            sessions = list(rows.scalars())
+        running: dict[str, dict[str, str]] = defaultdict(dict)
+        for agent in self.agents.values():
+            for k in await agent.list_kernels():
+                if k["state"] == "running":
+                    running[k["session_id"]][k["hostname"]] = k["container_id"]
+        for s in sessions:
+            if s.status in (S.SCHEDULED, S.PREPARING):
+                await self._teardown(
+                    s.id,
+                    S.ERROR,
+                    {"reason": "manager restarted while the session was being created"},
+                )
+            elif s.status == S.TERMINATING:
+                await self._teardown(s.id, S.TERMINATED, dict(s.status_info))
+            else:
+                missing = [k.hostname for k in s.kernels if k.hostname not in running[s.id]]
+                if missing:
+                    await self._teardown(
+                        s.id,
+                        S.ERROR,
+                        {
+                            "reason": "kernel not running after manager restart",
+                            "kernel": missing[0],
+                        },
+                    )
+        await self._sweep_orphans()
+
+    async def _sweep_orphans(self) -> None:
+        """Removes containers and networks of sessions this manager knows to be over."""
+        for agent in self.agents.values():
+            ids = {k["session_id"] for k in await agent.list_kernels()}
+            ids |= await agent.list_session_ids_with_networks()
+            if not ids:
+                continue
+            async with self.db() as db:
+                rows = await db.execute(
+                    select(Session.id).where(
+                        Session.id.in_(ids), Session.status.in_([s.value for s in FINAL_STATUSES])
+                    )
+                )
+                over = set(rows.scalars())
+            for sid in over:
+                log.info("removing leftovers of finished session %s", sid)
+                await agent.destroy_session(sid)
+
+    # -- change notification -----------------------------------------------------
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_for(
+        self, session_id: str, until: Callable[[Session], bool], timeout: float
+    ) -> Session:
+        """Returns the session once ``until`` holds or ``timeout`` passed (event-driven)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            changed = self._changed
+            s = await self.get(session_id)
+            remaining = deadline - time.monotonic()
+            if until(s) or remaining <= 0:
+                return s
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), remaining)
+
+    async def get(self, session_id: str) -> Session:
+        async with self.db() as db:
+            s = await db.get(Session, session_id)
+            if s is None:
+                raise not_found("session", session_id)
+            return s
+
+    # -- creation ------------------------------------------------------------------
+    async def _agent_states(self, db: AsyncSession) -> list[AgentState]:
+        agents = list((await db.execute(select(Agent).where(Agent.status == "ALIVE"))).scalars())
+        used: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0])
+        rows = await db.execute(
+            select(Kernel.agent_id, Session.cpu, Session.mem, Session.gpu)
+            .join(Session, Kernel.session_id == Session.id)
+            .where(Session.status.in_([s.value for s in ALLOCATED]), Kernel.agent_id.is_not(None))
+        )
+        for agent_id, cpu, mem, gpu in rows:
+            u = used[agent_id or ""]
+            u[0] += cpu
+            u[1] += mem
+            u[2] += gpu
+        return [
+            AgentState(
+                id=a.id,
+                group=a.group,
+                cpu=a.cpu,
+                mem=a.mem,
+                gpu=a.gpu,
+                cpu_used=used[a.id][0],
+                mem_used=int(used[a.id][1]),
+                gpu_used=int(used[a.id][2]),
+            )
+            for a in agents
+        ]
+
+    async def create(self, owner: User, req: SessionCreate) -> Session:
+        """Validates against the current state, stores the session PENDING, wakes the scheduler."""
+        if req.cluster_size > self.config.max_cluster_size:
+            raise invalid("cluster_size", f"must be at most {self.config.max_cluster_size}")
+        async with self.db() as db:
+            dup = await db.execute(
+                select(Session.id).where(
+                    Session.owner_id == owner.id,
+                    Session.name == req.name,
+                    Session.status.in_([s.value for s in ACTIVE]),
+                )
+            )
+            if dup.first():
+                raise conflict("name", f"name: a session named {req.name!r} already exists")
+            folders = {}
+            for m in req.mounts:
+                f = (
+                    await db.execute(
+                        select(Folder).where(Folder.owner_id == owner.id, Folder.name == m.folder)
+                    )
+                ).scalar_one_or_none()
+                if f is None:
+                    raise invalid("mounts", f"folder {m.folder!r} not found")
+                folders[m.folder] = f.id
+            agents = await self._agent_states(db)
+            request = Request(
+                session_id="-",
+                group=req.group,
+                mode=req.cluster_mode,
+                size=req.cluster_size,
+                cpu=req.resources.cpu,
+                mem=req.resources.mem,
+                gpu=req.resources.gpu,
+            )
+            reason = never_fits(request, agents)
+            if reason:
+                raise invalid("resources", reason)
+            group_agents = [a.id for a in agents if a.group == req.group]
+            if not any(
+                [
+                    await self.agents[a].has_image(req.image)
+                    for a in group_agents
+                    if a in self.agents
+                ]
+            ):
+                raise invalid(
+                    "image", f"image {req.image!r} not found on the agents of group {req.group!r}"
+                )
+            session_id = str(uuid.uuid4())
+            key = generate_ed25519(comment=f"troupe-{session_id[:8]}")
+            s = Session(
+                id=session_id,
+                name=req.name,
+                owner_id=owner.id,
+                status=S.PENDING.value,
+                status_info={},
+                type=req.type,
+                image=req.image,
+                cluster_size=req.cluster_size,
+                cluster_mode=req.cluster_mode,
+                cpu=req.resources.cpu,
+                mem=req.resources.mem,
+                gpu=req.resources.gpu,
+                mounts=[{**m.model_dump(), "folder_id": folders[m.folder]} for m in req.mounts],
+                environ=req.environ,
+                startup_command=req.startup_command,
+                dist_env=req.dist_env,
+                group=req.group,
+                priority=req.priority,
+                max_pending_seconds=req.max_pending_seconds,
+                uid=req.uid,
+                gid=req.gid,
+                isolated_network=req.isolated_network,
+                ssh_private_key=key.private_openssh,
+                ssh_public_key=key.public_openssh,
+                created_at=_now(),
+            )
+            build = build_cluster(
+                session_id,
+                [session_id] + [str(uuid.uuid4()) for _ in range(req.cluster_size - 1)],
+                req.cluster_mode,
+                req.environ,
+                req.dist_env,
+            )
+            for c in build:
+                hk = generate_ed25519(comment=c.hostname)
+                s.kernels.append(
+                    Kernel(
+                        id=c.kernel_id,
+                        hostname=c.hostname,
+                        role=c.role,
+                        idx=c.idx,
+                        rank=c.rank,
+                        status="PENDING",
+                        host_public_key=hk.public_openssh,
+                        host_private_key=hk.private_openssh,
+                    )
+                )
+            db.add(s)
+            await db.commit()
+        self._wake.set()
+        self._notify()
+        return await self.get(session_id)
+
+    # -- scheduling -----------------------------------------------------------------
+    async def _scheduler_loop(self) -> None:
+        last_sweep = time.monotonic()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 5.0)
+            self._wake.clear()
+            try:
+                await self._schedule_once()
+                if time.monotonic() - last_sweep > 60:
+                    last_sweep = time.monotonic()
+                    await self._sweep_orphans()
+            except Exception:
+                log.exception("scheduling pass failed")
+
+    async def _schedule_once(self) -> None:
+        async with self.db() as db:
+            pending = list(
+                (
+                    await db.execute(select(Session).where(Session.status == S.PENDING.value))
+                ).scalars()
+            )
+            if not pending:
+                return
+            now = _now()
+            live = []
+            for s in pending:
+                created = s.created_at if s.created_at.tzinfo else s.created_at.replace(tzinfo=UTC)
+                if (
+                    s.max_pending_seconds
+                    and (now - created).total_seconds() > s.max_pending_seconds
+                ):
+                    s.status, s.terminated_at = S.CANCELLED.value, now
+                    s.status_info = {
+                        **s.status_info,
+                        "reason": "pending longer than "
+                        f"max_pending_seconds ({s.max_pending_seconds:g} s)",
+                    }
+                else:
+                    live.append(s)
+            decision = schedule(
+                [
+                    Request(
+                        session_id=s.id,
+                        group=s.group,
+                        mode=s.cluster_mode,
+                        size=s.cluster_size,
+                        cpu=s.cpu,
+                        mem=s.mem,
+                        gpu=s.gpu,
+                        priority=s.priority,
+                        order=s.created_at.timestamp(),
+                    )
+                    for s in live
+                ],
+                await self._agent_states(db),
+            )
+            placed = []
+            for s in live:
+                if s.id in decision.placements:
+                    for k, agent_id in zip(s.kernels, decision.placements[s.id], strict=True):
+                        k.agent_id = agent_id
+                    s.status, s.status_info = S.SCHEDULED.value, {}
+                    placed.append(s.id)
+                else:
+                    reasons = decision.waiting.get(s.id, [])
+                    report = {k.hostname: reasons for k in s.kernels}
+                    if s.status_info.get("pending") != report:
+                        s.status_info = {"pending": report}
+            await db.commit()
+        for sid in placed:
+            self._tasks[sid] = asyncio.create_task(self._prepare(sid), name=f"prepare-{sid}")
+        self._notify()
+
+    # -- preparation ------------------------------------------------------------------
+    async def _pick_subnet(self, db: AsyncSession, agent: DockerAgent) -> str:
+        rows = await db.execute(
+            select(Session.subnet).where(
+                Session.status.in_([s.value for s in ALLOCATED]), Session.subnet.is_not(None)
+            )
+        )
+        used = {ipaddress.ip_network(x) for x in rows.scalars() if x}
+        used |= {ipaddress.ip_network(x) for x in await agent.used_subnets()}
+        pool = ipaddress.ip_network(self.config.subnet_pool)
+        for net in pool.subnets(new_prefix=self.config.subnet_prefix):
+            if not any(net.overlaps(u) for u in used):
+                return str(net)
+        raise AgentError(f"no free subnet left in {self.config.subnet_pool}")
+
+    async def _prepare(self, session_id: str) -> None:
+        step = "starting"
+        try:
+            async with asyncio.timeout(self.config.create_timeout):
+                async with self.db() as db:
+                    s = await db.get(Session, session_id)
+                    if s is None or s.status != S.SCHEDULED:
+                        return
+                    agent_ids = {k.agent_id for k in s.kernels}
+                    if len(agent_ids) != 1:
+                        raise AgentError(
+                            "kernels span several agents; multi-host sessions "
+                            "need overlay networks (not available yet)"
+                        )
+                    agent_id = agent_ids.pop()
+                    assert agent_id is not None
+                    agent = self.agents[agent_id]
+                    s.status = S.PREPARING.value
+                    step = "creating the network"
+                    s.subnet = await self._pick_subnet(db, agent)
+                    s.network = f"troupe-{session_id[:12]}"
+                    await db.commit()
+                    self._notify()
+                    await agent.create_network(
+                        NetworkSpec(
+                            name=s.network,
+                            session_id=s.id,
+                            owner=s.owner_id,
+                            subnet=s.subnet,
+                            internal=s.isolated_network,
+                        )
+                    )
+                    step = "creating kernels"
+                    specs = self._kernel_specs(s, await self._folder_paths(s))
+                started = await agent.create_kernels(specs)
+                async with self.db() as db:
+                    s = await db.get(Session, session_id)
+                    assert s is not None
+                    by_id = {k.kernel_id: k for k in started}
+                    for k in s.kernels:
+                        k.container_id, k.ip = by_id[k.id].container_id, by_id[k.id].ip
+                        k.status = "RUNNING"
+                    await db.commit()
+                    containers = {k.hostname: k.container_id or "" for k in s.kernels}
+                    batch = s.type == "batch"
+                self._notify()
+                step = "waiting until every kernel reaches every other"
+                remaining = max(1.0, self.config.create_timeout - 1)
+                await agent.wait_ready(containers, timeout=remaining)
+                async with self.db() as db:
+                    s = await db.get(Session, session_id)
+                    assert s is not None
+                    if s.status != S.PREPARING:
+                        return
+                    s.status, s.started_at = S.RUNNING.value, _now()
+                    await db.commit()
+                self._notify()
+                if batch:
+                    step = "starting the batch command"
+                    await agent.signal_go(containers["main1"])
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            await self._teardown(
+                session_id,
+                S.ERROR,
+                {"reason": f"timed out after {self.config.create_timeout:g} s while {step}"},
+            )
+        except AgentError as e:
+            info: dict[str, Any] = {"reason": f"failed while {step}", "message": str(e)}
+            if e.kernel:
+                info["kernel"] = e.kernel
+            await self._teardown(session_id, S.ERROR, info)
+        except Exception as e:
+            log.exception("preparing session %s failed", session_id)
+            await self._teardown(
+                session_id,
+                S.ERROR,
+                {"reason": f"failed while {step}", "message": f"{type(e).__name__}: {e}"},
+            )
+        finally:
+            if self._tasks.get(session_id) is asyncio.current_task():
+                del self._tasks[session_id]
+
+    async def _folder_paths(self, s: Session) -> dict[str, tuple[str, bool]]:
+        out = {}
+        for m in s.mounts:
+            path = self.config.folders_dir / m["folder_id"]
+            path.mkdir(parents=True, exist_ok=True)
+            out[m["folder"]] = (str(path), bool(m["readonly"]))
+        return out
+
+    def _kernel_specs(self, s: Session, mounts: dict[str, tuple[str, bool]]) -> list[Any]:
+        assert s.network is not None
+        contracts = build_cluster(
+            s.id,
+            [k.id for k in s.kernels],
+            s.cluster_mode,  # type: ignore[arg-type]
+            s.environ,
+            s.dist_env,  # type: ignore[arg-type]
+        )
+        plan = SessionPlan(
+            session_id=s.id,
+            owner=s.owner_id,
+            image=s.image,
+            network=s.network,
+            batch=s.type == "batch",
+            startup_command=s.startup_command,
+            cpu=s.cpu,
+            mem=s.mem,
+            uid=s.uid,
+            gid=s.gid,
+            ssh_private_key=s.ssh_private_key,
+            ssh_public_key=s.ssh_public_key,
+            mounts=mounts,
+        )
+        keys = {k.hostname: (k.host_private_key, k.host_public_key) for k in s.kernels}
+        return kernel_specs(plan, contracts, keys)
+
+    # -- teardown ----------------------------------------------------------------------
+    async def _teardown(
+        self,
+        session_id: str,
+        final: SessionStatus,
+        info: dict[str, Any],
+        exit_code: int | None = None,
+    ) -> None:
+        """Moves a session to ``final``: removes its kernels (saving logs) and its network."""
+        async with self._locks[session_id]:
+            async with self.db() as db:
+                s = await db.get(Session, session_id)
+                if s is None or S(s.status).is_final:
+                    return
+                was = S(s.status)
+                if was != S.TERMINATING:  # else finish an interrupted teardown as it was
+                    s.status_info = info
+                    if exit_code is not None:
+                        s.exit_code = exit_code
+                s.status = S.TERMINATING.value
+                agent_ids = {k.agent_id for k in s.kernels if k.agent_id}
+                await db.commit()
+            self._notify()
+            task = self._tasks.pop(session_id, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            saved: dict[str, str] = {}
+            if was != S.PENDING:
+                for agent_id in agent_ids:
+                    agent = self.agents.get(agent_id)
+                    if agent is None:
+                        continue
+                    try:
+                        saved.update(await agent.destroy_session(session_id))
+                    except Exception as e:  # keep going: the sweep retries later
+                        log.warning("removing session %s on %s: %s", session_id, agent_id, e)
+            if saved:
+                await asyncio.to_thread(self.log_store.save, session_id, saved)
+            async with self.db() as db:
+                s = await db.get(Session, session_id)
+                assert s is not None
+                if final == S.TERMINATED and was == S.PENDING:
+                    final = S.CANCELLED
+                s.status, s.terminated_at = final.value, _now()
+                for k in s.kernels:
+                    k.status = "TERMINATED"
+                await db.commit()
+        self._locks.pop(session_id, None)
+        self._notify()
+        self._wake.set()
+
+    async def destroy(self, session_id: str) -> Session:
+        await self._teardown(session_id, S.TERMINATED, {"reason": "destroyed by user"})
+        return await self.get(session_id)
+
+    async def _on_kernel_exit(self, ev: KernelExit) -> None:
+        async with self.db() as db:
+            s = await db.get(Session, ev.session_id)
+            if s is None or s.status not in (S.PREPARING, S.RUNNING):
+                return
+            k = next((k for k in s.kernels if k.id == ev.kernel_id), None)
+            if k is None:
+                return
+            k.exit_code, k.oom_killed, k.status = ev.exit_code, ev.oom_killed, "EXITED"
+            batch_done = s.type == "batch" and k.role == "main" and s.status == S.RUNNING
+            preparing = s.status == S.PREPARING
+            await db.commit()
+        if batch_done:
+            coro = self._teardown(
+                ev.session_id,
+                S.TERMINATED,
+                {"reason": "batch command finished", "exit_code": ev.exit_code},
+                exit_code=ev.exit_code,
+            )
+        else:
+            reason = "kernel ran out of memory" if ev.oom_killed else "kernel exited"
+            if preparing:
+                reason += " while the session was being prepared"
+            info: dict[str, Any] = {
+                "reason": reason,
+                "kernel": k.hostname,
+                "exit_code": ev.exit_code,
+                "oom_killed": ev.oom_killed,
+            }
+            if ev.error:
+                info["message"] = ev.error
+            info["last_logs"] = ev.last_logs
+            coro = self._teardown(ev.session_id, S.ERROR, info)
+            if preparing:  # let a failing create call report Docker's own, clearer error
+                coro = _after(0.5, coro)
+        t = asyncio.create_task(coro)
+        self._background.add(t)
+        t.add_done_callback(self._background.discard)
+
+    # -- logs and exec -------------------------------------------------------------------
+    async def logs(self, s: Session, container: str | None, follow: bool) -> AsyncIterator[str]:
+        kernels = [k for k in s.kernels if container in (None, k.hostname)]
+        if not kernels:
+            raise invalid("container", f"no kernel named {container!r} in this session")
+
+        def stream(k: Kernel) -> AsyncIterator[str]:
+            agent = self.agents.get(k.agent_id or "")
+            if k.container_id and agent and not self.log_store.has(s.id, k.hostname):
+                return agent.logs(k.container_id, follow=follow)
+            return _aiter(self.log_store.lines(s.id, k.hostname))
+
+        if container is not None:
+            async for line in stream(kernels[0]):
+                yield strip(line)
+            return
+        async for line in merged({k.hostname: stream(k) for k in kernels}, follow=follow):
+            yield line
+
+    async def exec(self, s: Session, req: ExecRequest) -> AsyncIterator[ExecOutput | ExecExit]:
+        agent, container_id = self.kernel_target(s, req.kernel)
+        return agent.exec_stream(container_id, req.command, user=req.user)
+
+    def kernel_target(self, s: Session, hostname: str) -> tuple[DockerAgent, str]:
+        """The agent and container of a running session's kernel (for exec and shells)."""
+        if s.status != S.RUNNING:
+            raise ApiError(409, "not_running", f"session {s.name!r} is {s.status}, not RUNNING")
+        k = next((k for k in s.kernels if k.hostname == hostname), None)
+        if k is None or not k.container_id:
+            raise invalid("kernel", f"no kernel named {hostname!r} in this session")
+        return self.agents[k.agent_id or ""], k.container_id
+
+    # -- folders ---------------------------------------------------------------------------
+    async def delete_folder_data(self, folder_id: str) -> None:
+        path = self.config.folders_dir / folder_id
+        await asyncio.to_thread(shutil.rmtree, path, True)
+
+
+async def _after(delay: float, coro: Coroutine[Any, Any, None]) -> None:
+    await asyncio.sleep(delay)
+    await coro
+
+
+async def _aiter(lines: list[str]) -> AsyncIterator[str]:
+    for line in lines:
+        yield line

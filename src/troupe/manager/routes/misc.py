@@ -1,0 +1,66 @@
+"""/v1/health, /v1/agents, /v1/images."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fastapi import APIRouter
+from sqlalchemy import select
+
+from troupe import __version__
+from troupe.api.models import AgentInfo, ImageInfo
+from troupe.manager.deps import DB, CurrentUser, RegistryDep
+from troupe.manager.store.models import Agent, Kernel, Session
+
+router = APIRouter()
+
+
+@router.get("/health", tags=["misc"])
+async def health() -> dict[str, str]:
+    return {"status": "ok", "version": __version__}
+
+
+@router.get("/agents", response_model=list[AgentInfo], tags=["agents"])
+async def list_agents(db: DB, _: CurrentUser, registry: RegistryDep) -> list[AgentInfo]:
+    states = {a.id: a for a in await registry._agent_states(db)}
+    out = []
+    now = datetime.now(UTC)
+    for a in (await db.execute(select(Agent).order_by(Agent.name))).scalars():
+        st = states.get(a.id)
+        n = (
+            await db.execute(
+                select(Kernel.id)
+                .join(Session, Kernel.session_id == Session.id)
+                .where(Kernel.agent_id == a.id, Session.status.in_(["PREPARING", "RUNNING"]))
+            )
+        ).all()
+        hb = a.last_heartbeat
+        if hb is not None and hb.tzinfo is None:
+            hb = hb.replace(tzinfo=UTC)
+        out.append(
+            AgentInfo(
+                id=a.id,
+                name=a.name,
+                group=a.group,
+                status=a.status,
+                cpu=a.cpu,
+                mem=a.mem,
+                gpu=a.gpu,
+                cpu_free=st.cpu_free if st else 0,
+                mem_free=st.mem_free if st else 0,
+                gpu_free=st.gpu_free if st else 0,
+                kernels=len(n),
+                swarm_manager=a.swarm_manager,
+                heartbeat_age=(now - hb).total_seconds() if hb else None,
+            )
+        )
+    return out
+
+
+@router.get("/images", response_model=list[ImageInfo], tags=["images"])
+async def list_images(_: CurrentUser, registry: RegistryDep) -> list[ImageInfo]:
+    seen: dict[str, ImageInfo] = {}
+    for agent in registry.agents.values():
+        for img in await agent.images():
+            seen.setdefault(img.name, img)
+    return list(seen.values())

@@ -1,0 +1,54 @@
+"""Engine, sessions and schema migrations (SQLite by default, PostgreSQL by URL)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, event
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession as DBSession
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite+aiosqlite:///{path}"
+
+
+def make_engine(url: str) -> AsyncEngine:
+    engine = create_async_engine(url, pool_pre_ping=not url.startswith("sqlite"))
+    if url.startswith("sqlite"):
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=5000")
+            cur.close()
+
+    return engine
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+async def migrate(engine: AsyncEngine) -> None:
+    """Brings the schema to the newest revision (idempotent)."""
+
+    def upgrade(conn: Connection) -> None:
+        command.upgrade(alembic_config(conn), "head")
+
+    async with engine.begin() as conn:
+        await conn.run_sync(upgrade)
+
+
+def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[DBSession]:
+    return async_sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,182 @@
+"""Shared fixtures. Tests that need Docker use the ``server`` fixture: a real ``troupe server``
+process on a free port with its own data and config directories. Docker must be running
+(scripts/setup.sh starts it); a missing engine fails these tests instead of skipping them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKER = os.environ.get("TROUPE_DOCKER", "/usr/bin/docker")
+IMAGE_VERSION = "0.1.0"
+BASE_IMAGE = f"troupe/base:{IMAGE_VERSION}"
+TORCH_IMAGE = f"troupe/pytorch:{IMAGE_VERSION}"
+#: Test sessions' subnets, apart from a troupe server a developer may run beside the tests.
+TEST_SUBNET_POOL = "10.89.0.0/16"
+
+
+def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([DOCKER, *args], capture_output=True, text=True, check=check)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    url: str
+    key: str
+    data_dir: Path
+    config_dir: Path
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for running the CLI against this server as admin."""
+        return {
+            **os.environ,
+            "TROUPE_API_URL": self.url,
+            "TROUPE_API_KEY": self.key,
+            "TROUPE_CONFIG_DIR": str(self.config_dir),
+            "NO_COLOR": "1",
+            "COLUMNS": "200",
+        }
+
+    def client(self, key: str | None = None):  # type: ignore[no-untyped-def]
+        from troupe.client.sdk import Client
+
+        return Client(self.url, key or self.key)
+
+    def cli(
+        self, *args: str, key: str | None = None, timeout: float = 300, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        env = self.env
+        if key:
+            env["TROUPE_API_KEY"] = key
+        return subprocess.run(
+            [str(ROOT / ".venv/bin/troupe"), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=check,
+        )
+
+
+def start_server(tmp: Path, *extra: str) -> Server:
+    port = free_port()
+    data, cfg = tmp / "data", tmp / "config"
+    log_path = tmp / "server.log"
+    env = {**os.environ, "TROUPE_CONFIG_DIR": str(cfg)}
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "troupe",
+                "server",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(data),
+                "--subnet-pool",
+                TEST_SUBNET_POOL,
+                "--cpu",
+                "2",
+                "--mem",
+                "8g",
+                *extra,
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    import httpx
+
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"troupe server exited:\n{log_path.read_text()}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
+                break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        raise RuntimeError(f"troupe server did not answer:\n{log_path.read_text()}")
+    key = json.loads((cfg / "credentials.json").read_text())["api_key"]
+    return Server(url, key, data, cfg, proc, log_path)
+
+
+def stop_server(server: Server) -> None:
+    if server.proc.poll() is None:
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            server.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait()
+
+
+def remove_leftovers(session_ids: set[str]) -> None:
+    """Removes containers and networks of the given sessions, whatever state they are in."""
+    for sid in session_ids:
+        ids = docker("ps", "-aq", "--filter", f"label=troupe.session={sid}").stdout.split()
+        if ids:
+            docker("rm", "-f", *ids, check=False)
+        nets = docker("network", "ls", "-q", "--filter", f"label=troupe.session={sid}").stdout
+        if nets.split():
+            docker("network", "rm", *nets.split(), check=False)
+
+
+def session_ids(server: Server) -> set[str]:
+    import sqlite3
+
+    db = server.data_dir / "troupe.db"
+    if not db.exists():
+        return set()
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return {row[0] for row in conn.execute("SELECT id FROM sessions")}
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> None:
+    r = docker("info", check=False)
+    if r.returncode != 0:
+        pytest.fail("Docker engine not answering; run scripts/setup.sh first:\n" + r.stderr)
+    for image in (BASE_IMAGE, TORCH_IMAGE):
+        if docker("image", "inspect", image, check=False).returncode != 0:
+            pytest.fail(f"image {image} missing; run scripts/setup.sh first")
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[Server]:
+    s = start_server(tmp_path_factory.mktemp("troupe-server"))
+    try:
+        yield s
+    finally:
+        with contextlib.suppress(Exception):
+            c = s.client()
+            for info in c.list_sessions():
+                c.destroy_session(info.id)
+        stop_server(s)
+        remove_leftovers(session_ids(s))

@@ -1,0 +1,80 @@
+"""The offline-built kernel images and the runner files inside a real container (issue 2)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BASE_IMAGE, TORCH_IMAGE, docker
+from troupe.agent.docker_backend import runner_dir
+
+pytestmark = pytest.mark.docker
+
+
+def test_base_image_runs_python(docker_engine: None) -> None:
+    r = docker("run", "--rm", BASE_IMAGE, "python3", "-c", "print(1)")
+    assert r.stdout == "1\n"
+
+
+def test_base_image_has_no_baked_host_keys(docker_engine: None) -> None:
+    r = docker("run", "--rm", BASE_IMAGE, "sh", "-c", "ls /etc/ssh/ssh_host_* 2>/dev/null | wc -l")
+    assert r.stdout.strip() == "0"
+
+
+def test_pytorch_image_has_gloo(docker_engine: None) -> None:
+    r = docker("run", "--rm", TORCH_IMAGE, "python", "-c",
+               "import torch, torch.distributed as d; print(torch.__version__, d.is_gloo_available())")
+    assert r.stdout.split() == ["2.13.0+cpu", "True"]
+
+
+def test_images_carry_their_recipe_hash(docker_engine: None) -> None:
+    for image in (BASE_IMAGE, TORCH_IMAGE):
+        labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}",
+                                   image).stdout)
+        assert len(labels["troupe.recipe"]) == 16
+
+
+def _entrypoint(runner: Path, *env: str, cmd: tuple[str, ...] = ("env",)
+                ) -> tuple[int, str, str]:
+    args = ["run", "--rm", "--init", "-v", f"{runner}:/opt/troupe:ro"]
+    for e in env:
+        args += ["-e", e]
+    r = docker(*args, "--entrypoint", "/bin/sh", BASE_IMAGE, "/opt/troupe/entrypoint.sh", *cmd,
+               check=False)
+    return r.returncode, r.stdout, r.stderr
+
+
+CLUSTER = ("BACKENDAI_CLUSTER_SIZE=4", "BACKENDAI_CLUSTER_HOSTS=main1,sub1,sub2,sub3",
+           "BACKENDAI_CLUSTER_LOCAL_RANK=2")
+
+
+def test_entrypoint_derives_distributed_env(docker_engine: None) -> None:
+    code, out, err = _entrypoint(Path(runner_dir()), *CLUSTER)
+    assert code == 0, err
+    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    assert env["MASTER_ADDR"] == "main1" and env["MASTER_PORT"] == "29500"
+    assert json.loads(env["TF_CONFIG"]) == {
+        "cluster": {"worker": ["main1:29500", "sub1:29501", "sub2:29502", "sub3:29503"]},
+        "task": {"type": "worker", "index": 2}}
+    assert env["HOME"] == "/home/work"
+    assert "WORLD_SIZE" not in env
+
+
+def test_entrypoint_without_setup_script_warns_once(docker_engine: None,
+                                                    tmp_path: Path) -> None:
+    runner = tmp_path / "runner"
+    shutil.copytree(runner_dir(), runner)
+    (runner / "setup_dist_environ.sh").unlink()
+    code, out, err = _entrypoint(runner, *CLUSTER)
+    assert code == 0
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "setup_dist_environ.sh not found" in warnings[0]
+    assert "MASTER_ADDR=" not in out
+
+
+def test_entrypoint_runs_command_as_work_with_exit_code(docker_engine: None) -> None:
+    code, out, _ = _entrypoint(Path(runner_dir()), cmd=("sh", "-c", "id -un; exit 4"))
+    assert (code, out) == (4, "work\n")

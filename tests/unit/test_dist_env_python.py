@@ -1,0 +1,141 @@
+"""troupe.cluster.dist.derive_dist_env: the reference for setup_dist_environ.sh (SPEC section 5)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from troupe.cluster import derive_dist_env
+
+HOSTS4 = "main1,sub1,sub2,sub3"
+TF4_RANK2 = (
+    '{"cluster": {"worker": ["main1:29500", "sub1:29501", "sub2:29502", "sub3:29503"]}, '
+    '"task": {"type": "worker", "index": 2}}'
+)
+
+
+def _env(size: str = "4", hosts: str = HOSTS4, rank: str = "2", **extra: str) -> dict[str, str]:
+    return {
+        "BACKENDAI_CLUSTER_SIZE": size,
+        "BACKENDAI_CLUSTER_HOSTS": hosts,
+        "BACKENDAI_CLUSTER_LOCAL_RANK": rank,
+        **extra,
+    }
+
+
+def test_spec_example() -> None:
+    assert derive_dist_env(_env()) == {
+        "MASTER_ADDR": "main1",
+        "MASTER_PORT": "29500",
+        "TF_CONFIG": TF4_RANK2,
+    }
+
+
+def test_tf_config_structure() -> None:
+    tf = json.loads(derive_dist_env(_env(rank="0"))["TF_CONFIG"])
+    assert tf == {
+        "cluster": {"worker": ["main1:29500", "sub1:29501", "sub2:29502", "sub3:29503"]},
+        "task": {"type": "worker", "index": 0},
+    }
+
+
+@pytest.mark.parametrize("size", ["1", "0", "", "abc", "-4", "+4", " 4", "4.0", "1" * 19, "01"])
+def test_nothing_without_a_cluster(size: str) -> None:
+    assert derive_dist_env(_env(size=size, hosts="main1")) == {}
+    assert derive_dist_env(_env(size=size)) == {}
+
+
+def test_nothing_without_size_or_hosts() -> None:
+    assert derive_dist_env({}) == {}
+    assert derive_dist_env({"BACKENDAI_CLUSTER_HOSTS": HOSTS4}) == {}
+    assert derive_dist_env({"BACKENDAI_CLUSTER_SIZE": "4"}) == {}
+    assert derive_dist_env(_env(hosts="")) == {}
+
+
+@pytest.mark.parametrize("hosts", ["main1,sub1,", ",main1", "main1,,sub1", 'ma"in1,sub1', "a b,c"])
+def test_nothing_for_unusable_hosts(hosts: str) -> None:
+    assert derive_dist_env(_env(hosts=hosts)) == {}
+
+
+def test_leading_zeros_are_decimal() -> None:
+    out = derive_dist_env(_env(size="004", rank="002", BACKENDAI_DIST_ENV="per-container"))
+    assert out["TF_CONFIG"] == TF4_RANK2
+    assert out["WORLD_SIZE"] == "4"
+    assert out["RANK"] == "2"
+
+
+@pytest.mark.parametrize("rank", ["", "x", "-1", "1" * 19])
+def test_non_numeric_rank_is_zero(rank: str) -> None:
+    tf = json.loads(derive_dist_env(_env(rank=rank))["TF_CONFIG"])
+    assert tf["task"] == {"type": "worker", "index": 0}
+    env = _env()
+    del env["BACKENDAI_CLUSTER_LOCAL_RANK"]
+    assert json.loads(derive_dist_env(env)["TF_CONFIG"])["task"]["index"] == 0
+
+
+@pytest.mark.parametrize("name", ["MASTER_ADDR", "MASTER_PORT", "TF_CONFIG"])
+@pytest.mark.parametrize("value", ["", "user-value"])
+def test_user_set_values_kept(name: str, value: str) -> None:
+    out = derive_dist_env(_env(**{name: value}))
+    assert name not in out
+    assert len(out) == 2
+
+
+@pytest.mark.parametrize("name", ["WORLD_SIZE", "RANK", "WORLD_RANK", "LOCAL_RANK"])
+@pytest.mark.parametrize("value", ["", "7"])
+def test_user_set_per_container_values_kept(name: str, value: str) -> None:
+    out = derive_dist_env(_env(BACKENDAI_DIST_ENV="per-container", **{name: value}))
+    assert name not in out
+    assert len(out) == 6
+
+
+@pytest.mark.parametrize(
+    ("knob", "port"),
+    [
+        ("12345", 12345),
+        ("1", 1),
+        ("65535", 65535),
+        ("0080", 80),
+        ("0", 29500),
+        ("65536", 29500),
+        ("", 29500),
+        ("abc", 29500),
+        ("12a", 29500),
+        ("9" * 30, 29500),
+    ],
+)
+def test_master_port_knob(knob: str, port: int) -> None:
+    out = derive_dist_env(_env(size="3", hosts="main1,sub1,sub2", BACKENDAI_DIST_MASTER_PORT=knob))
+    assert out["MASTER_PORT"] == str(port)
+    workers = json.loads(out["TF_CONFIG"])["cluster"]["worker"]
+    assert workers == [f"main1:{port}", f"sub1:{port + 1}", f"sub2:{port + 2}"]
+
+
+def test_per_container() -> None:
+    out = derive_dist_env(_env(BACKENDAI_DIST_ENV="per-container"))
+    assert out == {
+        "MASTER_ADDR": "main1",
+        "MASTER_PORT": "29500",
+        "TF_CONFIG": TF4_RANK2,
+        "WORLD_SIZE": "4",
+        "RANK": "2",
+        "WORLD_RANK": "2",
+        "LOCAL_RANK": "0",
+    }
+
+
+@pytest.mark.parametrize("flag", ["", "default", "PER-CONTAINER", "per-container "])
+def test_per_container_needs_exact_flag(flag: str) -> None:
+    assert set(derive_dist_env(_env(BACKENDAI_DIST_ENV=flag))) == {
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TF_CONFIG",
+    }
+
+
+def test_input_not_modified() -> None:
+    env = _env(BACKENDAI_DIST_ENV="per-container")
+    before = dict(env)
+    derive_dist_env(env)
+    assert env == before

@@ -1,0 +1,71 @@
+"""Session -> kernel specs and container configs: the exact container contract."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+from troupe.agent.kernel import container_config, files_archive
+from troupe.cluster import build_cluster, generate_ed25519
+from troupe.manager.kernels import SessionPlan, kernel_specs
+
+
+def plan(batch: bool = False) -> SessionPlan:
+    key = generate_ed25519()
+    return SessionPlan(session_id="s" * 36, owner="u1", image="img", network="net", batch=batch,
+                       startup_command="echo hi" if batch else None, cpu=0.5, mem=2**28,
+                       uid=1234, gid=1234, ssh_private_key=key.private_openssh,
+                       ssh_public_key=key.public_openssh,
+                       mounts={"data": ("/srv/f1", False), "ro": ("/srv/f2", True)})
+
+
+def specs(batch: bool = False):  # type: ignore[no-untyped-def]
+    contracts = build_cluster("s" * 36, ["s" * 36, "k1", "k2"], "single-node")
+    keys = {c.hostname: ("PRIV-" + c.hostname, generate_ed25519().public_openssh)
+            for c in contracts}
+    return kernel_specs(plan(batch), contracts, keys)
+
+
+def test_each_kernel_gets_its_own_host_key_and_shared_known_hosts() -> None:
+    out = specs()
+    assert [s.hostname for s in out] == ["main1", "sub1", "sub2"]
+    for s in out:
+        files = {f.path: f for f in s.files}
+        assert files["/home/config/ssh/host_ed25519_key"].content == "PRIV-" + s.hostname
+        assert files["/home/config/ssh/host_ed25519_key"].mode == 0o600
+        kh = files["/home/config/ssh/known_hosts"].content
+        assert [line.split()[0] for line in kh.splitlines()] == ["[main1]:2200", "[sub1]:2200",
+                                                                 "[sub2]:2200"]
+        conf = files["/home/config/kernel.conf"].content
+        assert "_troupe_uid=1234" in conf and "/home/work/data" in conf
+        assert "/home/work/ro" not in conf  # read-only mounts are not chowned
+
+
+def test_batch_command_only_in_main1() -> None:
+    out = specs(batch=True)
+    assert out[0].command == ["/bin/sh", "-c", "echo hi"]
+    assert out[1].command == [] and out[2].command == []
+    assert "_troupe_wait_go=1" in {f.path: f for f in out[0].files}["/home/config/kernel.conf"].content
+
+
+def test_container_config_limits_labels_alias() -> None:
+    s = specs()[1]
+    cfg = container_config(s, "/runner")
+    assert cfg["Hostname"] == "sub1"
+    assert cfg["HostConfig"]["NanoCpus"] == 500_000_000
+    assert cfg["HostConfig"]["Memory"] == cfg["HostConfig"]["MemorySwap"] == 2**28
+    assert cfg["HostConfig"]["Init"] is True
+    assert "/runner:/opt/troupe:ro" in cfg["HostConfig"]["Binds"]
+    assert "/srv/f2:/home/work/ro:ro" in cfg["HostConfig"]["Binds"]
+    assert cfg["NetworkingConfig"]["EndpointsConfig"]["net"]["Aliases"] == ["sub1"]
+    assert cfg["Labels"]["troupe.kernel"] == "k1" and cfg["Labels"]["troupe.owner"] == "u1"
+    assert "BACKENDAI_CLUSTER_HOST=sub1" in cfg["Env"]
+
+
+def test_files_archive_modes_and_parents() -> None:
+    s = specs()[0]
+    tar = tarfile.open(fileobj=io.BytesIO(files_archive(s.files)))
+    names = tar.getnames()
+    assert names.index("home") < names.index("home/config") < names.index(
+        "home/config/ssh/id_cluster")
+    assert tar.getmember("home/config/ssh/id_cluster").mode == 0o600
