@@ -2,9 +2,10 @@
 # Builds troupe's kernel images offline (no registry) and caches them:
 #   troupe/base:<version>     debootstrap bookworm minbase + images/base/packages.txt
 #   troupe/pytorch:<version>  base + PyTorch CPU + numpy in /opt/venv (wheels from pip's local config)
+#   troupe/mpi:<version>      base + Open MPI (Debian) + mpi4py and numpy in /opt/venv (same wheels)
 # Each image is labelled troupe.recipe=<hash of its recipe files>; an image whose label
 # matches is kept as it is. The debootstrap root filesystem is cached as a tarball.
-# Usage: build-images.sh [base|pytorch ...]   (default: all)
+# Usage: build-images.sh [base|pytorch|mpi ...]   (default: all)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/common.sh
@@ -20,6 +21,7 @@ only() { grep --line-buffered -E "$1" || true; }
 BASE_RECIPE=$(hash_files "$ROOT/images/base/packages.txt" "$ROOT/images/base/Dockerfile")
 ROOTFS_KEY=$(hash_files "$ROOT/images/base/packages.txt")
 PYTORCH_RECIPE=$(echo "$BASE_RECIPE" | cat - "$ROOT/images/pytorch/Dockerfile" "$ROOT/images/pytorch/requirements.txt" | sha256sum | cut -c1-16)
+MPI_RECIPE=$(echo "$BASE_RECIPE" | cat - "$ROOT/images/mpi/Dockerfile" "$ROOT/images/mpi/requirements.txt" | sha256sum | cut -c1-16)
 
 build_rootfs_tar() {
   local tar="$CACHE_DIR/rootfs-$ROOTFS_KEY.tar"
@@ -80,11 +82,32 @@ build_pytorch() {
   echo "    $tag built in $(elapsed "$t0")"
 }
 
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(base pytorch)
+build_mpi() {
+  local tag="troupe/mpi:$TROUPE_VERSION"
+  if [ "$(image_recipe "$tag")" = "$MPI_RECIPE" ]; then echo "==> $tag is up to date"; return; fi
+  local ctx t0; t0=$(date +%s)
+  ctx="$CACHE_DIR/mpi-context"
+  mkdir -p "$ctx/wheels"
+  cp "$ROOT/images/mpi/Dockerfile" "$ctx/Dockerfile"
+  cp "$ROOT/images/mpi/requirements.txt" "$ctx/wheels/requirements.txt"
+  echo "==> downloading wheels (pip's configured index and local wheel files)"
+  "$(command -v python3.11 || command -v python3)" -m pip download -q --disable-pip-version-check \
+    --only-binary=:all: -d "$ctx/wheels" -r "$ctx/wheels/requirements.txt" 2>&1 | { grep -v "^WARNING: Location" || true; } | progress
+  echo "==> building $tag (installs Open MPI with apt, mpi4py into /opt/venv)"
+  DOCKER_BUILDKIT=1 "$DOCKER" build --progress=plain --build-arg BASE="troupe/base:$TROUPE_VERSION" \
+    --build-arg RECIPE="$MPI_RECIPE" -t "$tag" "$ctx" 2>&1 \
+    | only '^#[0-9]+ (\[|DONE|ERROR)|error' | progress
+  "$DOCKER" image inspect "$tag" >/dev/null 2>&1 || die "building $tag failed"
+  "$DOCKER" tag "$tag" troupe/mpi:latest
+  echo "    $tag built in $(elapsed "$t0")"
+}
+
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(base pytorch mpi)
 for t in "${targets[@]}"; do
   case "$t" in
     base) build_base ;;
     pytorch) build_base; build_pytorch ;;
-    *) die "unknown image $t (known: base pytorch)" ;;
+    mpi) build_base; build_mpi ;;
+    *) die "unknown image $t (known: base pytorch mpi)" ;;
   esac
 done

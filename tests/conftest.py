@@ -65,7 +65,12 @@ class Server:
         return Client(self.url, key or self.key)
 
     def cli(
-        self, *args: str, key: str | None = None, timeout: float = 300, check: bool = False
+        self,
+        *args: str,
+        key: str | None = None,
+        timeout: float = 300,
+        check: bool = False,
+        input: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         env = self.env
         if key:
@@ -73,6 +78,7 @@ class Server:
         return subprocess.run(
             [str(ROOT / ".venv/bin/troupe"), *args],
             env=env,
+            input=input if input is not None else "",
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -25,30 +25,40 @@ def test_base_image_has_no_baked_host_keys(docker_engine: None) -> None:
 
 
 def test_pytorch_image_has_gloo(docker_engine: None) -> None:
-    r = docker("run", "--rm", TORCH_IMAGE, "python", "-c",
-               "import torch, torch.distributed as d; print(torch.__version__, d.is_gloo_available())")
+    r = docker(
+        "run",
+        "--rm",
+        TORCH_IMAGE,
+        "python",
+        "-c",
+        "import torch, torch.distributed as d;print(torch.__version__, d.is_gloo_available())",
+    )
     assert r.stdout.split() == ["2.13.0+cpu", "True"]
 
 
 def test_images_carry_their_recipe_hash(docker_engine: None) -> None:
     for image in (BASE_IMAGE, TORCH_IMAGE):
-        labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}",
-                                   image).stdout)
+        labels = json.loads(
+            docker("image", "inspect", "--format", "{{json .Config.Labels}}", image).stdout
+        )
         assert len(labels["troupe.recipe"]) == 16
 
 
-def _entrypoint(runner: Path, *env: str, cmd: tuple[str, ...] = ("env",)
-                ) -> tuple[int, str, str]:
+def _entrypoint(runner: Path, *env: str, cmd: tuple[str, ...] = ("env",)) -> tuple[int, str, str]:
     args = ["run", "--rm", "--init", "-v", f"{runner}:/opt/troupe:ro"]
     for e in env:
         args += ["-e", e]
-    r = docker(*args, "--entrypoint", "/bin/sh", BASE_IMAGE, "/opt/troupe/entrypoint.sh", *cmd,
-               check=False)
+    r = docker(
+        *args, "--entrypoint", "/bin/sh", BASE_IMAGE, "/opt/troupe/entrypoint.sh", *cmd, check=False
+    )
     return r.returncode, r.stdout, r.stderr
 
 
-CLUSTER = ("BACKENDAI_CLUSTER_SIZE=4", "BACKENDAI_CLUSTER_HOSTS=main1,sub1,sub2,sub3",
-           "BACKENDAI_CLUSTER_LOCAL_RANK=2")
+CLUSTER = (
+    "BACKENDAI_CLUSTER_SIZE=4",
+    "BACKENDAI_CLUSTER_HOSTS=main1,sub1,sub2,sub3",
+    "BACKENDAI_CLUSTER_LOCAL_RANK=2",
+)
 
 
 def test_entrypoint_derives_distributed_env(docker_engine: None) -> None:
@@ -58,13 +68,13 @@ def test_entrypoint_derives_distributed_env(docker_engine: None) -> None:
     assert env["MASTER_ADDR"] == "main1" and env["MASTER_PORT"] == "29500"
     assert json.loads(env["TF_CONFIG"]) == {
         "cluster": {"worker": ["main1:29500", "sub1:29501", "sub2:29502", "sub3:29503"]},
-        "task": {"type": "worker", "index": 2}}
+        "task": {"type": "worker", "index": 2},
+    }
     assert env["HOME"] == "/home/work"
     assert "WORLD_SIZE" not in env
 
 
-def test_entrypoint_without_setup_script_warns_once(docker_engine: None,
-                                                    tmp_path: Path) -> None:
+def test_entrypoint_without_setup_script_warns_once(docker_engine: None, tmp_path: Path) -> None:
     runner = tmp_path / "runner"
     shutil.copytree(runner_dir(), runner)
     (runner / "setup_dist_environ.sh").unlink()

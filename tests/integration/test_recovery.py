@@ -27,8 +27,9 @@ def test_restart_keeps_running_sessions_and_fails_lost_ones(
     try:
         c = srv.client()
         for name in ("keep", "lose"):
-            c.create_session(SessionCreate(name=name, image=BASE_IMAGE, cluster_size=2,
-                                           resources=SMALL))
+            c.create_session(
+                SessionCreate(name=name, image=BASE_IMAGE, cluster_size=2, resources=SMALL)
+            )
         for name in ("keep", "lose"):
             assert c.wait_session(name, timeout=120).status == "RUNNING"
         lose = c.get_session("lose")

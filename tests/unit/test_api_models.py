@@ -8,8 +8,17 @@ from pydantic import ValidationError
 from troupe.api.models import Mount, SessionCreate, format_size, parse_size
 
 
-@pytest.mark.parametrize(("text", "n"), [("512m", 512 * 2**20), ("1g", 2**30), ("1.5GiB", 3 * 2**29),
-                                         (1024, 1024), ("2048", 2048), ("10k", 10240)])
+@pytest.mark.parametrize(
+    ("text", "n"),
+    [
+        ("512m", 512 * 2**20),
+        ("1g", 2**30),
+        ("1.5GiB", 3 * 2**29),
+        (1024, 1024),
+        ("2048", 2048),
+        ("10k", 10240),
+    ],
+)
 def test_parse_size(text: object, n: int) -> None:
     assert parse_size(text) == n
 

@@ -12,17 +12,28 @@ from troupe.manager.kernels import SessionPlan, kernel_specs
 
 def plan(batch: bool = False) -> SessionPlan:
     key = generate_ed25519()
-    return SessionPlan(session_id="s" * 36, owner="u1", image="img", network="net", batch=batch,
-                       startup_command="echo hi" if batch else None, cpu=0.5, mem=2**28,
-                       uid=1234, gid=1234, ssh_private_key=key.private_openssh,
-                       ssh_public_key=key.public_openssh,
-                       mounts={"data": ("/srv/f1", False), "ro": ("/srv/f2", True)})
+    return SessionPlan(
+        session_id="s" * 36,
+        owner="u1",
+        image="img",
+        network="net",
+        batch=batch,
+        startup_command="echo hi" if batch else None,
+        cpu=0.5,
+        mem=2**28,
+        uid=1234,
+        gid=1234,
+        ssh_private_key=key.private_openssh,
+        ssh_public_key=key.public_openssh,
+        mounts={"data": ("f1", False), "ro": ("f2", True)},
+    )
 
 
 def specs(batch: bool = False):  # type: ignore[no-untyped-def]
     contracts = build_cluster("s" * 36, ["s" * 36, "k1", "k2"], "single-node")
-    keys = {c.hostname: ("PRIV-" + c.hostname, generate_ed25519().public_openssh)
-            for c in contracts}
+    keys = {
+        c.hostname: ("PRIV-" + c.hostname, generate_ed25519().public_openssh) for c in contracts
+    }
     return kernel_specs(plan(batch), contracts, keys)
 
 
@@ -34,8 +45,11 @@ def test_each_kernel_gets_its_own_host_key_and_shared_known_hosts() -> None:
         assert files["/home/config/ssh/host_ed25519_key"].content == "PRIV-" + s.hostname
         assert files["/home/config/ssh/host_ed25519_key"].mode == 0o600
         kh = files["/home/config/ssh/known_hosts"].content
-        assert [line.split()[0] for line in kh.splitlines()] == ["[main1]:2200", "[sub1]:2200",
-                                                                 "[sub2]:2200"]
+        assert [line.split()[0] for line in kh.splitlines()] == [
+            "[main1]:2200",
+            "[sub1]:2200",
+            "[sub2]:2200",
+        ]
         conf = files["/home/config/kernel.conf"].content
         assert "_troupe_uid=1234" in conf and "/home/work/data" in conf
         assert "/home/work/ro" not in conf  # read-only mounts are not chowned
@@ -45,12 +59,14 @@ def test_batch_command_only_in_main1() -> None:
     out = specs(batch=True)
     assert out[0].command == ["/bin/sh", "-c", "echo hi"]
     assert out[1].command == [] and out[2].command == []
-    assert "_troupe_wait_go=1" in {f.path: f for f in out[0].files}["/home/config/kernel.conf"].content
+    assert (
+        "_troupe_wait_go=1" in {f.path: f for f in out[0].files}["/home/config/kernel.conf"].content
+    )
 
 
 def test_container_config_limits_labels_alias() -> None:
     s = specs()[1]
-    cfg = container_config(s, "/runner")
+    cfg = container_config(s, "/runner", "/srv")
     assert cfg["Hostname"] == "sub1"
     assert cfg["HostConfig"]["NanoCpus"] == 500_000_000
     assert cfg["HostConfig"]["Memory"] == cfg["HostConfig"]["MemorySwap"] == 2**28
@@ -64,8 +80,10 @@ def test_container_config_limits_labels_alias() -> None:
 
 def test_files_archive_modes_and_parents() -> None:
     s = specs()[0]
-    tar = tarfile.open(fileobj=io.BytesIO(files_archive(s.files)))
-    names = tar.getnames()
-    assert names.index("home") < names.index("home/config") < names.index(
-        "home/config/ssh/id_cluster")
-    assert tar.getmember("home/config/ssh/id_cluster").mode == 0o600
+    with tarfile.open(fileobj=io.BytesIO(files_archive(s.files))) as tar:
+        names = tar.getnames()
+        mode = tar.getmember("home/config/ssh/id_cluster").mode
+    assert (
+        names.index("home") < names.index("home/config") < names.index("home/config/ssh/id_cluster")
+    )
+    assert mode == 0o600

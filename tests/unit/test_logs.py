@@ -14,16 +14,24 @@ async def lines(*items: str) -> AsyncIterator[str]:
 
 def test_split_timestamp() -> None:
     assert split_timestamp("2026-11-26T02:18:43.1Z hello world\n") == (
-        "2026-11-26T02:18:43.1Z", "hello world\n")
+        "2026-11-26T02:18:43.1Z",
+        "hello world\n",
+    )
     assert split_timestamp("plain line") == ("", "plain line")
     assert strip("2026-11-26T02:18:43.1Z x") == "x\n"
 
 
 async def test_merged_orders_by_time_and_prefixes() -> None:
-    out = [x async for x in merged({
-        "main1": lines("2026-01-01T00:00:02Z b\n", "2026-01-01T00:00:04Z d\n"),
-        "sub1": lines("2026-01-01T00:00:01Z a\n", "2026-01-01T00:00:03Z c\n"),
-    }, follow=False)]
+    out = [
+        x
+        async for x in merged(
+            {
+                "main1": lines("2026-01-01T00:00:02Z b\n", "2026-01-01T00:00:04Z d\n"),
+                "sub1": lines("2026-01-01T00:00:01Z a\n", "2026-01-01T00:00:03Z c\n"),
+            },
+            follow=False,
+        )
+    ]
     assert out == ["[sub1] a\n", "[main1] b\n", "[sub1] c\n", "[main1] d\n"]
 
 

@@ -14,10 +14,26 @@ def agent(i: str, cpu: float = 4, mem: int = 8 * G, group: str = "default") -> A
     return AgentState(id=i, group=group, cpu=cpu, mem=mem, gpu=0)
 
 
-def req(sid: str, size: int, cpu: float = 1, mem: int = G, mode: str = "single-node",
-        priority: int = 0, order: float = 0, group: str = "default") -> Request:
-    return Request(session_id=sid, group=group, mode=mode, size=size, cpu=cpu, mem=mem,
-                   priority=priority, order=order)
+def req(
+    sid: str,
+    size: int,
+    cpu: float = 1,
+    mem: int = G,
+    mode: str = "single-node",
+    priority: int = 0,
+    order: float = 0,
+    group: str = "default",
+) -> Request:
+    return Request(
+        session_id=sid,
+        group=group,
+        mode=mode,
+        size=size,
+        cpu=cpu,
+        mem=mem,
+        priority=priority,
+        order=order,
+    )
 
 
 def test_single_node_needs_one_agent_with_room_for_all() -> None:
@@ -27,8 +43,9 @@ def test_single_node_needs_one_agent_with_room_for_all() -> None:
 
 
 def test_multi_node_prefers_one_agent_then_spreads() -> None:
-    assert schedule([req("s", 3, mode="multi-node")], [agent("a", 2), agent("b", 4)]
-                    ).placements == {"s": ["b", "b", "b"]}
+    assert schedule(
+        [req("s", 3, mode="multi-node")], [agent("a", 2), agent("b", 4)]
+    ).placements == {"s": ["b", "b", "b"]}
     d = schedule([req("s", 3, mode="multi-node")], [agent("a", 1), agent("b", 1), agent("c", 1)])
     assert sorted(d.placements["s"]) == ["a", "b", "c"]
 
@@ -53,17 +70,28 @@ def test_never_fits() -> None:
 @st.composite
 def worlds(draw: st.DrawFn) -> tuple[list[Request], list[AgentState]]:
     agents = [
-        AgentState(id=f"a{i}", group=draw(st.sampled_from(["default", "g2"])),
-                   cpu=draw(st.sampled_from([1, 2, 4, 8])), mem=draw(st.integers(1, 16)) * G,
-                   gpu=draw(st.integers(0, 2)), cpu_used=draw(st.sampled_from([0, 0.5, 1])))
+        AgentState(
+            id=f"a{i}",
+            group=draw(st.sampled_from(["default", "g2"])),
+            cpu=draw(st.sampled_from([1, 2, 4, 8])),
+            mem=draw(st.integers(1, 16)) * G,
+            gpu=draw(st.integers(0, 2)),
+            cpu_used=draw(st.sampled_from([0, 0.5, 1])),
+        )
         for i in range(draw(st.integers(1, 6)))
     ]
     reqs = [
-        Request(session_id=f"s{i}", group=draw(st.sampled_from(["default", "g2"])),
-                mode=draw(st.sampled_from(["single-node", "multi-node"])),
-                size=draw(st.integers(1, 8)), cpu=draw(st.sampled_from([0.25, 0.5, 1, 2])),
-                mem=draw(st.integers(1, 4)) * G // 2, gpu=draw(st.integers(0, 1)),
-                priority=draw(st.integers(0, 2)), order=float(i))
+        Request(
+            session_id=f"s{i}",
+            group=draw(st.sampled_from(["default", "g2"])),
+            mode=draw(st.sampled_from(["single-node", "multi-node"])),
+            size=draw(st.integers(1, 8)),
+            cpu=draw(st.sampled_from([0.25, 0.5, 1, 2])),
+            mem=draw(st.integers(1, 4)) * G // 2,
+            gpu=draw(st.integers(0, 1)),
+            priority=draw(st.integers(0, 2)),
+            order=float(i),
+        )
         for i in range(draw(st.integers(0, 12)))
     ]
     return reqs, agents

@@ -10,16 +10,20 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import aiodocker
 from aiodocker.exceptions import DockerError
 
+from troupe.agent.base import AgentError, ExecExit, ExecOutput, ExitHandler
 from troupe.agent.kernel import RUNNER_MOUNT, container_config, files_archive
-from troupe.agent.resources import host_cpu_count, host_memory_bytes
+from troupe.agent.resources import host_cpu_count, host_memory_bytes, mtu_of_address
 from troupe.api.agent import (
     LABEL_HOSTNAME,
     LABEL_KERNEL,
@@ -34,26 +38,6 @@ from troupe.api.agent import (
 from troupe.api.models import ImageInfo
 
 log = logging.getLogger(__name__)
-
-ExitHandler = Callable[[KernelExit], Awaitable[None]]
-
-
-class AgentError(Exception):
-    """A Docker step failed; ``kernel`` names the kernel when one is concerned."""
-
-    def __init__(self, message: str, kernel: str | None = None) -> None:
-        super().__init__(message)
-        self.kernel = kernel
-
-
-@dataclass
-class ExecOutput:
-    data: bytes
-
-
-@dataclass
-class ExecExit:
-    exit_code: int
 
 
 @dataclass
@@ -94,9 +78,12 @@ class DockerAgent:
         cpu: float | None = None,
         mem: int | None = None,
         group: str = "default",
+        data_root: Path | None = None,
     ) -> None:
         self.name = name
         self.group = group
+        #: Data folders live in ``<data_root>/folders/<folder id>`` (shared storage on clusters).
+        self.data_root = data_root or Path("/var/lib/troupe")
         self._docker_url = docker_url
         self._cpu = cpu
         self._mem = mem
@@ -130,17 +117,34 @@ class DockerAgent:
         return self._docker
 
     async def capacity(self) -> AgentCapacity:
-        swarm = False
+        swarm, mtu = False, 0
         with contextlib.suppress(DockerError):
             info = await self.docker.system.info()
             swarm = bool(info.get("Swarm", {}).get("ControlAvailable"))
+            node_addr = info.get("Swarm", {}).get("NodeAddr") or ""
+            if node_addr:
+                mtu = mtu_of_address(node_addr)
         return AgentCapacity(
             name=self.name,
+            data_marker=self.data_marker(),
+            underlay_mtu=mtu,
             cpu=self._cpu if self._cpu is not None else host_cpu_count(),
             mem=self._mem if self._mem is not None else host_memory_bytes(),
             group=self.group,
             swarm_manager=swarm,
         )
+
+    def data_marker(self) -> str:
+        """An id stored in the data root, the same for every agent that shares the storage."""
+        marker = self.data_root / ".troupe-data-id"
+        if not marker.exists():
+            self.data_root.mkdir(parents=True, exist_ok=True)
+            tmp = marker.with_suffix(f".{uuid.uuid4().hex}")
+            tmp.write_text(uuid.uuid4().hex + "\n")
+            with contextlib.suppress(FileExistsError):  # another agent won the race
+                marker.hardlink_to(tmp)
+            tmp.unlink()
+        return marker.read_text().strip()
 
     # -- images ----------------------------------------------------------------
     async def images(self) -> list[ImageInfo]:
@@ -154,7 +158,7 @@ class DockerAgent:
                         name=tag,
                         id=img["Id"],
                         size=img.get("Size", 0),
-                        created=str(img.get("Created", "")),
+                        created=datetime.fromtimestamp(int(img.get("Created", 0)), UTC).isoformat(),
                     )
                 )
         return sorted(out, key=lambda i: i.name)
@@ -177,6 +181,8 @@ class DockerAgent:
             "IPAM": {"Driver": "default", "Config": [{"Subnet": spec.subnet}]},
             "Labels": {LABEL_SESSION: spec.session_id, LABEL_OWNER: spec.owner},
         }
+        if spec.mtu:
+            config["Options"] = {"com.docker.network.driver.mtu": str(spec.mtu)}
         try:
             await self.docker.networks.create(config)
         except DockerError as e:
@@ -229,7 +235,10 @@ class DockerAgent:
         return [r for r in results if isinstance(r, KernelStarted)]
 
     async def _create_kernel(self, spec: KernelSpec) -> KernelStarted:
-        config = container_config(spec, runner_dir())
+        folders = self.data_root / "folders"
+        for m in spec.mounts:
+            (folders / m.folder_id).mkdir(parents=True, exist_ok=True)
+        config = container_config(spec, runner_dir(), str(folders))
         try:
             container = await self.docker.containers.create(config, name=spec.container_name)
             if spec.files:
@@ -254,9 +263,14 @@ class DockerAgent:
             )
         return KernelStarted(kernel_id=spec.kernel_id, container_id=info["Id"], ip=ip)
 
-    async def wait_ready(self, containers: dict[str, str], timeout: float) -> None:
-        """Runs the readiness check in every kernel at once (``containers``: hostname -> id)."""
-        hosts = list(containers)
+    async def wait_ready(
+        self, containers: dict[str, str], hosts: list[str], timeout: float
+    ) -> None:
+        """Runs the readiness check in this agent's kernels at once.
+
+        ``containers``: hostname -> container id of the kernels here; ``hosts``: every hostname
+        of the session (peers may live on other agents).
+        """
 
         async def check(host: str, cid: str) -> None:
             peers = [h for h in hosts if h != host]

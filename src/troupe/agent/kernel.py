@@ -23,9 +23,12 @@ from troupe.api.agent import (
 RUNNER_MOUNT = "/opt/troupe"
 
 
-def container_config(spec: KernelSpec, runner_dir: str) -> dict[str, Any]:
+def container_config(spec: KernelSpec, runner_dir: str, folders_root: str) -> dict[str, Any]:
     binds = [f"{runner_dir}:{RUNNER_MOUNT}:ro"]
-    binds += [f"{m.source}:{m.target}:{'ro' if m.readonly else 'rw'}" for m in spec.mounts]
+    binds += [
+        f"{folders_root}/{m.folder_id}:{m.target}:{'ro' if m.readonly else 'rw'}"
+        for m in spec.mounts
+    ]
     return {
         "Image": spec.image,
         "Hostname": spec.hostname,

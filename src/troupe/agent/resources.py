@@ -18,3 +18,23 @@ def host_memory_bytes() -> int:
             if line.startswith("MemTotal:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError("MemTotal missing from /proc/meminfo")
+
+
+def mtu_of_address(address: str) -> int:
+    """MTU of the interface holding ``address`` in this network namespace (0 if none)."""
+    import fcntl
+    import socket
+    import struct
+
+    siocgifaddr, siocgifmtu = 0x8915, 0x8921
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            req = struct.pack("256s", name.encode()[:15])
+            try:
+                addr = socket.inet_ntoa(fcntl.ioctl(s.fileno(), siocgifaddr, req)[20:24])
+            except OSError:
+                continue
+            if addr == address:
+                mtu: int = struct.unpack("I", fcntl.ioctl(s.fileno(), siocgifmtu, req)[16:20])[0]
+                return mtu
+    return 0

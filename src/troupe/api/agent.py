@@ -27,7 +27,9 @@ class FileSpec(BaseModel):
 
 
 class MountSpec(BaseModel):
-    source: str
+    """A data folder, by id: each agent finds it under its own (shared) data root."""
+
+    folder_id: str
     target: str
     readonly: bool = False
 
@@ -39,6 +41,8 @@ class NetworkSpec(BaseModel):
     subnet: str
     internal: bool = False
     driver: Literal["bridge", "overlay"] = "bridge"
+    #: Overlay MTU (underlay MTU minus VXLAN overhead); 0 keeps Docker's default.
+    mtu: int = 0
 
 
 class KernelSpec(BaseModel):
@@ -90,3 +94,7 @@ class AgentCapacity(BaseModel):
     gpu: int = 0
     group: str = "default"
     swarm_manager: bool = False
+    #: Identity of the agent's data root: agents sharing storage report the same marker.
+    data_marker: str = ""
+    #: MTU of the interface the engine's swarm traffic uses (0: unknown).
+    underlay_mtu: int = 0

@@ -9,11 +9,13 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from troupe import __version__
+from troupe.agent.base import AgentBackend
 from troupe.agent.docker_backend import DockerAgent
 from troupe.manager import errors
 from troupe.manager.auth import ensure_admin
 from troupe.manager.config import ServerConfig
 from troupe.manager.registry import Registry
+from troupe.manager.routes import agents as agent_routes
 from troupe.manager.routes import folders, misc, sessions, users
 from troupe.manager.store.db import make_engine, migrate, sessionmaker
 
@@ -27,15 +29,20 @@ def create_app(config: ServerConfig) -> FastAPI:
         engine = make_engine(config.database_url)
         await migrate(engine)
         db = sessionmaker(engine)
+        config.resolve_agent_token()
         async with db() as s:
             if await ensure_admin(
                 s, config.credentials_file, f"http://{config.host}:{config.port}"
             ):
                 log.warning("created user admin; API key written to %s", config.credentials_file)
-        agents = {}
+        agents: dict[str, AgentBackend] = {}
         if config.local_agent:
             agents["local"] = DockerAgent(
-                "local", docker_url=config.docker_url, cpu=config.agent_cpu, mem=config.agent_mem
+                "local",
+                docker_url=config.docker_url,
+                cpu=config.agent_cpu,
+                mem=config.agent_mem,
+                data_root=config.data_dir,
             )
         registry = Registry(config, db, agents)
         try:
@@ -58,6 +65,6 @@ def create_app(config: ServerConfig) -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
-    for module in (sessions, folders, users, misc):
+    for module in (sessions, folders, users, misc, agent_routes):
         app.include_router(module.router, prefix="/v1")
     return app

@@ -38,6 +38,10 @@ class ServerConfig:
     #: Time a session may take from SCHEDULED to RUNNING before it fails.
     create_timeout: float = 120.0
     docker_url: str | None = None
+    #: Shared secret of manager and agents (default: generated once, kept in the config dir).
+    agent_token: str | None = None
+    #: An agent silent this long is LOST and its sessions fail.
+    agent_timeout: float = 15.0
 
     def __post_init__(self) -> None:
         ipaddress.ip_network(self.subnet_pool)
@@ -57,3 +61,23 @@ class ServerConfig:
     @property
     def credentials_file(self) -> Path:
         return self.config_dir / "credentials.json"
+
+    @property
+    def agent_token_file(self) -> Path:
+        return self.config_dir / "agent-token"
+
+    def resolve_agent_token(self) -> str:
+        """The agent token: given, else read from or generated into the config dir (0600)."""
+        if self.agent_token:
+            return self.agent_token
+        path = self.agent_token_file
+        if not path.exists():
+            import os
+            import secrets
+
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(32) + "\n")
+        self.agent_token = path.read_text().strip()
+        return self.agent_token

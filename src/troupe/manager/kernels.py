@@ -34,7 +34,7 @@ class SessionPlan:
     gid: int
     ssh_private_key: str
     ssh_public_key: str
-    #: folder name -> (host path, read-only)
+    #: folder name -> (folder id, read-only)
     mounts: Mapping[str, tuple[str, bool]]
 
 
@@ -70,8 +70,8 @@ def kernel_specs(
         ),
     ]
     mounts = [
-        MountSpec(source=src, target=f"/home/work/{name}", readonly=ro)
-        for name, (src, ro) in plan.mounts.items()
+        MountSpec(folder_id=folder_id, target=f"/home/work/{name}", readonly=ro)
+        for name, (folder_id, ro) in plan.mounts.items()
     ]
     specs = []
     for c in contracts:

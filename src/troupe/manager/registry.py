@@ -15,15 +15,16 @@ import shutil
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from troupe.agent.docker_backend import AgentError, DockerAgent, ExecExit, ExecOutput
-from troupe.api.agent import KernelExit, NetworkSpec
+from troupe.agent.base import AgentBackend, AgentError, ExecExit, ExecOutput
+from troupe.agent.client import RemoteAgent
+from troupe.api.agent import AgentCapacity, KernelExit, KernelSpec, NetworkSpec
 from troupe.api.models import (
     FINAL_STATUSES,
     ExecRequest,
@@ -39,6 +40,7 @@ from troupe.manager.scheduler import AgentState, Request, never_fits, schedule
 from troupe.manager.store.models import Agent, Folder, Kernel, Session, User
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 S = SessionStatus
 #: Statuses whose kernels hold resources on their agents.
 ALLOCATED = (S.SCHEDULED, S.PREPARING, S.RUNNING, S.TERMINATING)
@@ -54,7 +56,7 @@ class Registry:
         self,
         config: ServerConfig,
         db: async_sessionmaker[AsyncSession],
-        agents: dict[str, DockerAgent],
+        agents: dict[str, AgentBackend],
     ) -> None:
         self.config = config
         self.db = db
@@ -66,12 +68,20 @@ class Registry:
         self._background: set[asyncio.Task[None]] = set()
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._loop_task: asyncio.Task[None] | None = None
+        #: Seconds until the scheduler looks again without being woken (pending time-outs).
+        self._next_pass = 5.0
 
     # -- start and stop ----------------------------------------------------------
     async def start(self) -> None:
+        """Starts the in-process agents, reconnects to known remote ones, reconciles."""
         for agent_id, agent in self.agents.items():
             await agent.start(on_exit=self._on_kernel_exit)
             await self._register_agent(agent_id, agent)
+        async with self.db() as db:
+            for row in (await db.execute(select(Agent))).scalars():
+                if row.address and row.id not in self.agents:
+                    token = self.config.resolve_agent_token()
+                    self.agents[row.id] = RemoteAgent(row.id, row.address, token)
         await self.reconcile()
         self._loop_task = asyncio.create_task(self._scheduler_loop(), name="scheduler")
         self._wake.set()
@@ -86,7 +96,7 @@ class Registry:
         for agent in self.agents.values():
             await agent.close()
 
-    async def _register_agent(self, agent_id: str, agent: DockerAgent) -> None:
+    async def _register_agent(self, agent_id: str, agent: AgentBackend) -> None:
         cap = await agent.capacity()
         async with self.db() as db:
             row = await db.get(Agent, agent_id)
@@ -95,6 +105,7 @@ class Registry:
                 db.add(row)
             row.group, row.cpu, row.mem, row.gpu = cap.group, cap.cpu, cap.mem, cap.gpu
             row.swarm_manager, row.status, row.last_heartbeat = cap.swarm_manager, "ALIVE", _now()
+            row.data_marker, row.underlay_mtu = cap.data_marker, cap.underlay_mtu
             await db.commit()
 
     async def reconcile(self) -> None:
@@ -103,8 +114,14 @@ class Registry:
             rows = await db.execute(select(Session).where(Session.status.in_(ALLOCATED)))
             sessions = list(rows.scalars())
         running: dict[str, dict[str, str]] = defaultdict(dict)
-        for agent in self.agents.values():
-            for k in await agent.list_kernels():
+        unreachable: set[str] = set()
+        for agent_id, agent in self.agents.items():
+            try:
+                kernels = await agent.list_kernels()
+            except AgentError:
+                unreachable.add(agent_id)  # its heartbeat time-out decides
+                continue
+            for k in kernels:
                 if k["state"] == "running":
                     running[k["session_id"]][k["hostname"]] = k["container_id"]
         for s in sessions:
@@ -117,7 +134,11 @@ class Registry:
             elif s.status == S.TERMINATING:
                 await self._teardown(s.id, S.TERMINATED, dict(s.status_info))
             else:
-                missing = [k.hostname for k in s.kernels if k.hostname not in running[s.id]]
+                missing = [
+                    k.hostname
+                    for k in s.kernels
+                    if k.hostname not in running[s.id] and k.agent_id not in unreachable
+                ]
                 if missing:
                     await self._teardown(
                         s.id,
@@ -131,9 +152,13 @@ class Registry:
 
     async def _sweep_orphans(self) -> None:
         """Removes containers and networks of sessions this manager knows to be over."""
-        for agent in self.agents.values():
-            ids = {k["session_id"] for k in await agent.list_kernels()}
-            ids |= await agent.list_session_ids_with_networks()
+        for agent in list(self.agents.values()):
+            try:
+                ids = {k["session_id"] for k in await agent.list_kernels()}
+                ids |= await agent.list_session_ids_with_networks()
+            except AgentError as e:
+                log.info("orphan sweep skips %s: %s", agent.name, e)
+                continue
             if not ids:
                 continue
             async with self.db() as db:
@@ -146,6 +171,107 @@ class Registry:
             for sid in over:
                 log.info("removing leftovers of finished session %s", sid)
                 await agent.destroy_session(sid)
+
+    # -- agents on other hosts ---------------------------------------------------------
+    async def register_remote(self, cap: AgentCapacity, address: str) -> None:
+        """An agent (re)joined: record it, connect to it, and reconcile what it holds."""
+        old = self.agents.get(cap.name)
+        if not isinstance(old, RemoteAgent) or old.address != address:
+            if old is not None:
+                await old.close()
+            self.agents[cap.name] = RemoteAgent(
+                cap.name, address, self.config.resolve_agent_token()
+            )
+        async with self.db() as db:
+            row = await db.get(Agent, cap.name)
+            if row is None:
+                row = Agent(id=cap.name, name=cap.name)
+                db.add(row)
+            row.address, row.group, row.cpu, row.mem, row.gpu = (
+                address,
+                cap.group,
+                cap.cpu,
+                cap.mem,
+                cap.gpu,
+            )
+            row.swarm_manager, row.data_marker, row.underlay_mtu = (
+                cap.swarm_manager,
+                cap.data_marker,
+                cap.underlay_mtu,
+            )
+            row.status, row.last_heartbeat = "ALIVE", _now()
+            await db.commit()
+        self._spawn(self._sweep_orphans())
+        self._wake.set()
+
+    async def heartbeat(self, name: str) -> bool:
+        """False if the agent is unknown here (it should register again)."""
+        if name not in self.agents:
+            return False
+        async with self.db() as db:
+            row = await db.get(Agent, name)
+            if row is None:
+                return False
+            back = row.status != "ALIVE"
+            row.status, row.last_heartbeat = "ALIVE", _now()
+            await db.commit()
+        if back:
+            log.warning("agent %s is back", name)
+            self._spawn(self._sweep_orphans())
+            self._wake.set()
+        return True
+
+    async def kernel_exited(self, ev: KernelExit) -> None:
+        await self._on_kernel_exit(ev)
+
+    async def _check_agents(self) -> None:
+        """Marks silent agents LOST and fails the sessions with kernels on them."""
+        cutoff = self.config.agent_timeout
+        now = _now()
+        lost: list[str] = []
+        async with self.db() as db:
+            for row in (await db.execute(select(Agent))).scalars():
+                if row.address is None:  # in-process: alive as long as we are
+                    row.last_heartbeat = now
+                elif (
+                    row.status == "ALIVE"
+                    and row.last_heartbeat is not None
+                    and (now - row.last_heartbeat).total_seconds() > cutoff
+                ):
+                    row.status = "LOST"
+                    lost.append(row.id)
+            await db.commit()
+            if not lost:
+                return
+            rows = await db.execute(
+                select(Kernel.session_id, Kernel.hostname, Kernel.agent_id)
+                .join(Session, Kernel.session_id == Session.id)
+                .where(Kernel.agent_id.in_(lost), Session.status.in_([s.value for s in ALLOCATED]))
+                .order_by(Kernel.rank)
+            )
+            victims: dict[str, tuple[str, str]] = {}
+            for sid, host, agent_id in rows:
+                victims.setdefault(sid, (host, agent_id or ""))
+        for agent_id in lost:
+            log.warning("agent %s lost (no heartbeat for %g s)", agent_id, cutoff)
+        for sid, (host, agent_id) in victims.items():
+            self._spawn(
+                self._teardown(
+                    sid,
+                    S.ERROR,
+                    {
+                        "reason": "agent lost",
+                        "agent": agent_id,
+                        "kernel": host,
+                        "message": f"agent {agent_id} sent no heartbeat for {cutoff:g} s",
+                    },
+                )
+            )
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        t = asyncio.create_task(coro)
+        self._background.add(t)
+        t.add_done_callback(self._background.discard)
 
     # -- change notification -----------------------------------------------------
     def _notify(self) -> None:
@@ -310,9 +436,10 @@ class Registry:
         last_sweep = time.monotonic()
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), 5.0)
+                await asyncio.wait_for(self._wake.wait(), self._next_pass)
             self._wake.clear()
             try:
+                await self._check_agents()
                 await self._schedule_once()
                 if time.monotonic() - last_sweep > 60:
                     last_sweep = time.monotonic()
@@ -321,6 +448,7 @@ class Registry:
                 log.exception("scheduling pass failed")
 
     async def _schedule_once(self) -> None:
+        self._next_pass = min(5.0, self.config.agent_timeout / 3)
         async with self.db() as db:
             pending = list(
                 (
@@ -332,12 +460,11 @@ class Registry:
             now = _now()
             live = []
             for s in pending:
-                created = s.created_at if s.created_at.tzinfo else s.created_at.replace(tzinfo=UTC)
-                if (
-                    s.max_pending_seconds
-                    and (now - created).total_seconds() > s.max_pending_seconds
-                ):
+                waited = (now - s.created_at).total_seconds()
+                if s.max_pending_seconds and waited >= s.max_pending_seconds:
                     s.status, s.terminated_at = S.CANCELLED.value, now
+                    for k in s.kernels:
+                        k.status = "TERMINATED"
                     s.status_info = {
                         **s.status_info,
                         "reason": "pending longer than "
@@ -345,6 +472,10 @@ class Registry:
                     }
                 else:
                     live.append(s)
+                    if s.max_pending_seconds:
+                        self._next_pass = min(
+                            self._next_pass, s.max_pending_seconds - waited + 0.05
+                        )
             decision = schedule(
                 [
                     Request(
@@ -380,19 +511,51 @@ class Registry:
         self._notify()
 
     # -- preparation ------------------------------------------------------------------
-    async def _pick_subnet(self, db: AsyncSession, agent: DockerAgent) -> str:
+    async def _pick_subnet(self, db: AsyncSession, agents: list[AgentBackend]) -> str:
         rows = await db.execute(
             select(Session.subnet).where(
                 Session.status.in_([s.value for s in ALLOCATED]), Session.subnet.is_not(None)
             )
         )
         used = {ipaddress.ip_network(x) for x in rows.scalars() if x}
-        used |= {ipaddress.ip_network(x) for x in await agent.used_subnets()}
+        for agent in agents:
+            used |= {ipaddress.ip_network(x) for x in await agent.used_subnets()}
         pool = ipaddress.ip_network(self.config.subnet_pool)
         for net in pool.subnets(new_prefix=self.config.subnet_prefix):
             if not any(net.overlaps(u) for u in used):
                 return str(net)
         raise AgentError(f"no free subnet left in {self.config.subnet_pool}")
+
+    async def _network_plan(
+        self, db: AsyncSession, s: Session, agent_ids: list[str]
+    ) -> tuple[Literal["bridge", "overlay"], AgentBackend, int]:
+        """Driver, the agent that creates the network, and the overlay MTU (0: default).
+
+        Kernels on one agent share a bridge; kernels on several agents join a Swarm attachable
+        overlay created through an agent whose engine is a Swarm manager.
+        """
+        rows = {a.id: a for a in (await db.execute(select(Agent))).scalars()}
+        if len(agent_ids) == 1:
+            return "bridge", self.agents[agent_ids[0]], 0
+        if s.mounts:
+            markers = {rows[a].data_marker for a in agent_ids}
+            if len(markers) > 1 or "" in markers:
+                raise AgentError(
+                    "data folders need shared storage, but agents "
+                    + ", ".join(f"{a} ({rows[a].data_marker or 'no marker'})" for a in agent_ids)
+                    + " do not report the same data root"
+                )
+        candidates = [a for a in agent_ids if rows[a].swarm_manager] + [
+            a
+            for a, r in rows.items()
+            if r.swarm_manager and r.status == "ALIVE" and a not in agent_ids
+        ]
+        creator = next((a for a in candidates if a in self.agents), None)
+        if creator is None:
+            raise AgentError("kernels span agents, but no agent's engine is a Swarm manager")
+        mtus = [rows[a].underlay_mtu for a in agent_ids if rows[a].underlay_mtu]
+        mtu = min(mtus) - 50 if mtus else 0  # VXLAN adds 50 bytes
+        return "overlay", self.agents[creator], mtu
 
     async def _prepare(self, session_id: str) -> None:
         step = "starting"
@@ -402,47 +565,58 @@ class Registry:
                     s = await db.get(Session, session_id)
                     if s is None or s.status != S.SCHEDULED:
                         return
-                    agent_ids = {k.agent_id for k in s.kernels}
-                    if len(agent_ids) != 1:
-                        raise AgentError(
-                            "kernels span several agents; multi-host sessions "
-                            "need overlay networks (not available yet)"
-                        )
-                    agent_id = agent_ids.pop()
-                    assert agent_id is not None
-                    agent = self.agents[agent_id]
+                    agent_ids = list(dict.fromkeys(k.agent_id or "" for k in s.kernels))
+                    missing = [a for a in agent_ids if a not in self.agents]
+                    if missing:
+                        raise AgentError(f"agent {missing[0]} is not connected")
                     s.status = S.PREPARING.value
                     step = "creating the network"
-                    s.subnet = await self._pick_subnet(db, agent)
+                    driver, creator, mtu = await self._network_plan(db, s, agent_ids)
+                    involved = [self.agents[a] for a in agent_ids]
+                    s.subnet = await self._pick_subnet(db, [*involved, creator])
                     s.network = f"troupe-{session_id[:12]}"
                     await db.commit()
                     self._notify()
-                    await agent.create_network(
+                    await creator.create_network(
                         NetworkSpec(
                             name=s.network,
                             session_id=s.id,
                             owner=s.owner_id,
                             subnet=s.subnet,
                             internal=s.isolated_network,
+                            driver=driver,
+                            mtu=mtu,
                         )
                     )
                     step = "creating kernels"
-                    specs = self._kernel_specs(s, await self._folder_paths(s))
-                started = await agent.create_kernels(specs)
+                    specs = self._kernel_specs(s)
+                    placement = {k.id: k.agent_id or "" for k in s.kernels}
+                    hosts = [k.hostname for k in s.kernels]
+                    batch = s.type == "batch"
+                by_agent: dict[str, list[KernelSpec]] = defaultdict(list)
+                for spec in specs:
+                    by_agent[placement[spec.kernel_id]].append(spec)
+                started_lists = await _gather_all(
+                    self.agents[a].create_kernels(ks) for a, ks in by_agent.items()
+                )
+                started = {k.kernel_id: k for lst in started_lists for k in lst}
                 async with self.db() as db:
                     s = await db.get(Session, session_id)
                     assert s is not None
-                    by_id = {k.kernel_id: k for k in started}
                     for k in s.kernels:
-                        k.container_id, k.ip = by_id[k.id].container_id, by_id[k.id].ip
+                        k.container_id, k.ip = started[k.id].container_id, started[k.id].ip
                         k.status = "RUNNING"
                     await db.commit()
                     containers = {k.hostname: k.container_id or "" for k in s.kernels}
-                    batch = s.type == "batch"
                 self._notify()
                 step = "waiting until every kernel reaches every other"
                 remaining = max(1.0, self.config.create_timeout - 1)
-                await agent.wait_ready(containers, timeout=remaining)
+                await _gather_all(
+                    self.agents[a].wait_ready(
+                        {sp.hostname: containers[sp.hostname] for sp in ks}, hosts, remaining
+                    )
+                    for a, ks in by_agent.items()
+                )
                 async with self.db() as db:
                     s = await db.get(Session, session_id)
                     assert s is not None
@@ -453,7 +627,7 @@ class Registry:
                 self._notify()
                 if batch:
                     step = "starting the batch command"
-                    await agent.signal_go(containers["main1"])
+                    await self.agents[placement[session_id]].signal_go(containers["main1"])
         except asyncio.CancelledError:
             raise
         except TimeoutError:
@@ -478,15 +652,7 @@ class Registry:
             if self._tasks.get(session_id) is asyncio.current_task():
                 del self._tasks[session_id]
 
-    async def _folder_paths(self, s: Session) -> dict[str, tuple[str, bool]]:
-        out = {}
-        for m in s.mounts:
-            path = self.config.folders_dir / m["folder_id"]
-            path.mkdir(parents=True, exist_ok=True)
-            out[m["folder"]] = (str(path), bool(m["readonly"]))
-        return out
-
-    def _kernel_specs(self, s: Session, mounts: dict[str, tuple[str, bool]]) -> list[Any]:
+    def _kernel_specs(self, s: Session) -> list[KernelSpec]:
         assert s.network is not None
         contracts = build_cluster(
             s.id,
@@ -508,7 +674,7 @@ class Registry:
             gid=s.gid,
             ssh_private_key=s.ssh_private_key,
             ssh_public_key=s.ssh_public_key,
-            mounts=mounts,
+            mounts={m["folder"]: (m["folder_id"], bool(m["readonly"])) for m in s.mounts},
         )
         keys = {k.hostname: (k.host_private_key, k.host_public_key) for k in s.kernels}
         return kernel_specs(plan, contracts, keys)
@@ -543,14 +709,7 @@ class Registry:
                     await task
             saved: dict[str, str] = {}
             if was != S.PENDING:
-                for agent_id in agent_ids:
-                    agent = self.agents.get(agent_id)
-                    if agent is None:
-                        continue
-                    try:
-                        saved.update(await agent.destroy_session(session_id))
-                    except Exception as e:  # keep going: the sweep retries later
-                        log.warning("removing session %s on %s: %s", session_id, agent_id, e)
+                saved = await self._remove_everywhere(session_id, agent_ids)
             if saved:
                 await asyncio.to_thread(self.log_store.save, session_id, saved)
             async with self.db() as db:
@@ -565,6 +724,34 @@ class Registry:
         self._locks.pop(session_id, None)
         self._notify()
         self._wake.set()
+
+    async def _remove_everywhere(self, session_id: str, agent_ids: set[str]) -> dict[str, str]:
+        """Removes the session's kernels on its agents, then its networks on every agent.
+
+        Networks go last: an overlay created through one agent can only be removed once the
+        kernels on the other agents have left it. Unreachable agents are skipped; the orphan
+        sweep removes what they still hold once they are back.
+        """
+        saved: dict[str, str] = {}
+
+        async def destroy(agent_id: str) -> None:
+            agent = self.agents.get(agent_id)
+            if agent is None:
+                return
+            try:
+                saved.update(await agent.destroy_session(session_id))
+            except Exception as e:
+                log.warning("removing session %s on %s: %s", session_id, agent_id, e)
+
+        async def remove_networks(agent: AgentBackend) -> None:
+            try:
+                await agent.remove_session_networks(session_id)
+            except Exception as e:
+                log.warning("removing networks of %s on %s: %s", session_id, agent.name, e)
+
+        await asyncio.gather(*(destroy(a) for a in agent_ids))
+        await asyncio.gather(*(remove_networks(a) for a in self.agents.values()))
+        return saved
 
     async def destroy(self, session_id: str) -> Session:
         await self._teardown(session_id, S.TERMINATED, {"reason": "destroyed by user"})
@@ -605,9 +792,7 @@ class Registry:
             coro = self._teardown(ev.session_id, S.ERROR, info)
             if preparing:  # let a failing create call report Docker's own, clearer error
                 coro = _after(0.5, coro)
-        t = asyncio.create_task(coro)
-        self._background.add(t)
-        t.add_done_callback(self._background.discard)
+        self._spawn(coro)
 
     # -- logs and exec -------------------------------------------------------------------
     async def logs(self, s: Session, container: str | None, follow: bool) -> AsyncIterator[str]:
@@ -632,7 +817,7 @@ class Registry:
         agent, container_id = self.kernel_target(s, req.kernel)
         return agent.exec_stream(container_id, req.command, user=req.user)
 
-    def kernel_target(self, s: Session, hostname: str) -> tuple[DockerAgent, str]:
+    def kernel_target(self, s: Session, hostname: str) -> tuple[AgentBackend, str]:
         """The agent and container of a running session's kernel (for exec and shells)."""
         if s.status != S.RUNNING:
             raise ApiError(409, "not_running", f"session {s.name!r} is {s.status}, not RUNNING")
@@ -645,6 +830,15 @@ class Registry:
     async def delete_folder_data(self, folder_id: str) -> None:
         path = self.config.folders_dir / folder_id
         await asyncio.to_thread(shutil.rmtree, path, True)
+
+
+async def _gather_all(aws: Iterable[Awaitable[T]]) -> list[T]:
+    """Runs all at once and waits for all; raises the first failure (after all finished)."""
+    results = await asyncio.gather(*aws, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return [r for r in results if not isinstance(r, BaseException)]
 
 
 async def _after(delay: float, coro: Coroutine[Any, Any, None]) -> None:

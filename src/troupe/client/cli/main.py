@@ -17,18 +17,10 @@ def main() -> None:
     """troupe: cluster compute sessions on Docker."""
 
 
-def _register() -> None:
-    """Sub-command groups live in their own modules."""
-    from troupe.client.cli import agents, folders, images, sessions, users
+from troupe.client.cli import agents, folders, images, sessions, users  # noqa: E402
 
-    app.add_typer(sessions.app, name="session", help="Create and use cluster sessions.")
-    app.add_typer(folders.app, name="folder", help="Persistent data folders.")
-    app.add_typer(agents.app, name="agent", help="Agents (hosts that run kernels).")
-    app.add_typer(images.app, name="image", help="Kernel images.")
-    app.add_typer(users.app, name="user", help="Users and API keys (admin).")
-
-
-try:
-    _register()
-except ImportError:  # pragma: no cover - during development of a group
-    pass
+app.add_typer(sessions.app, name="session", help="Create and use cluster sessions.")
+app.add_typer(folders.app, name="folder", help="Persistent data folders.")
+app.add_typer(agents.app, name="agent", help="Agents (hosts that run kernels).")
+app.add_typer(images.app, name="image", help="Kernel images.")
+app.add_typer(users.app, name="user", help="Users and API keys (admin).")

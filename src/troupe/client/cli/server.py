@@ -25,6 +25,13 @@ def server(
     cpu: Annotated[float | None, typer.Option(help="cores the local agent offers")] = None,
     mem: Annotated[str | None, typer.Option(help="memory the local agent offers, e.g. 8g")] = None,
     subnet_pool: Annotated[str, typer.Option(help="pool of session subnets")] = "10.88.0.0/16",
+    agent_token: Annotated[
+        str | None,
+        typer.Option(help="secret shared with agents (default: generated into the config dir)"),
+    ] = None,
+    agent_timeout: Annotated[
+        float, typer.Option(help="seconds without heartbeat before an agent is LOST")
+    ] = 15.0,
     log_level: Annotated[str, typer.Option()] = "info",
 ) -> None:
     """Run the manager and a local agent (the embedded default)."""
@@ -43,6 +50,8 @@ def server(
             agent_cpu=cpu,
             agent_mem=mem_bytes,
             subnet_pool=subnet_pool,
+            agent_token=agent_token,
+            agent_timeout=agent_timeout,
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e

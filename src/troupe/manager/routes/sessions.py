@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Query, WebSocket
 from fastapi.responses import StreamingResponse
 from sqlalchemy import case, select
 
-from troupe.agent.docker_backend import ExecExit
+from troupe.agent.base import ExecExit
 from troupe.api.models import (
     ExecRequest,
     KernelInfo,
@@ -22,6 +20,7 @@ from troupe.api.models import (
     SessionInfo,
     SessionStatus,
 )
+from troupe.api.shell import serve_shell
 from troupe.manager.deps import DB, CurrentUser, RegistryDep, current_user
 from troupe.manager.errors import ApiError, body, not_found
 from troupe.manager.registry import ACTIVE
@@ -211,29 +210,4 @@ async def session_shell(ws: WebSocket, ref: str, kernel: str = "main1") -> None:
             await ws.close(code=4000 + e.status)
             return
     async with agent.shell(container_id) as sh:
-
-        async def pump_in() -> None:
-            while True:
-                msg = await ws.receive()
-                if msg["type"] == "websocket.disconnect":
-                    return
-                if msg.get("bytes"):
-                    await sh.write(msg["bytes"])
-                elif msg.get("text"):
-                    with contextlib.suppress(ValueError, KeyError, TypeError):
-                        rows, cols = json.loads(msg["text"])["resize"]
-                        await sh.resize(int(rows), int(cols))
-
-        reader = asyncio.create_task(pump_in())
-        try:
-            while (data := await sh.read()) is not None:
-                await ws.send_bytes(data)
-            code = await sh.exit_code()
-            await ws.send_text(json.dumps({"exit_code": code}))
-            await ws.close()
-        except (WebSocketDisconnect, RuntimeError):
-            pass
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
+        await serve_shell(ws, sh)

@@ -5,16 +5,49 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite forgets the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(UTC)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value
+
+
 class Base(DeclarativeBase):
-    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+        datetime: UTCDateTime,
+    }
 
 
 class User(Base):
@@ -23,7 +56,7 @@ class User(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     admin: Mapped[bool] = mapped_column(Boolean, default=False)
     key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Agent(Base):
@@ -37,7 +70,9 @@ class Agent(Base):
     mem: Mapped[int] = mapped_column(BigInteger)
     gpu: Mapped[int] = mapped_column(Integer, default=0)
     swarm_manager: Mapped[bool] = mapped_column(Boolean, default=False)
-    last_heartbeat: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    data_marker: Mapped[str] = mapped_column(String(64), default="")
+    underlay_mtu: Mapped[int] = mapped_column(Integer, default=0)
+    last_heartbeat: Mapped[datetime | None] = mapped_column()
 
 
 class Folder(Base):
@@ -45,7 +80,7 @@ class Folder(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     name: Mapped[str] = mapped_column(String(64))
     owner_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Session(Base):
@@ -78,9 +113,9 @@ class Session(Base):
     ssh_private_key: Mapped[str] = mapped_column(Text)
     ssh_public_key: Mapped[str] = mapped_column(Text)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    terminated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column()
+    terminated_at: Mapped[datetime | None] = mapped_column()
     kernels: Mapped[list[Kernel]] = relationship(
         back_populates="session",
         order_by="Kernel.rank",

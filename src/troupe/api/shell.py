@@ -1,0 +1,44 @@
+"""The terminal protocol over a WebSocket, the same between client, manager and agent.
+
+Binary frames carry terminal bytes both ways; the client may send text frames
+``{"resize": [rows, cols]}``; at the end the server sends ``{"exit_code": N}`` and closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from troupe.agent.base import Shell
+
+
+async def serve_shell(ws: WebSocket, sh: Shell) -> None:
+    """Bridges an accepted WebSocket and a shell until the shell ends or the client leaves."""
+
+    async def pump_in() -> None:
+        while True:
+            msg = await ws.receive()
+            if msg["type"] == "websocket.disconnect":
+                return
+            if msg.get("bytes"):
+                await sh.write(msg["bytes"])
+            elif msg.get("text"):
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    rows, cols = json.loads(msg["text"])["resize"]
+                    await sh.resize(int(rows), int(cols))
+
+    reader = asyncio.create_task(pump_in())
+    try:
+        while (data := await sh.read()) is not None:
+            await ws.send_bytes(data)
+        await ws.send_text(json.dumps({"exit_code": await sh.exit_code()}))
+        await ws.close()
+    except (WebSocketDisconnect, RuntimeError):
+        pass
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await reader

@@ -1,0 +1,48 @@
+"""``troupe folder ...``: persistent data folders that sessions mount."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from troupe.client.cli.output import client, console, fmt_time, print_json, print_table
+
+app = typer.Typer(no_args_is_help=True, help="Persistent data folders.")
+
+FolderArg = Annotated[str, typer.Argument(help="folder name", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
+
+
+@app.command()
+def create(name: FolderArg, json_: JsonOpt = False) -> None:
+    """Create a data folder (mount it with `session create --mount NAME[:ro]`)."""
+    with client() as c:
+        f = c.create_folder(name)
+    if json_:
+        print_json(f)
+    else:
+        console.print(Text(f"folder {f.name} created ({f.id})"))
+
+
+@app.command("list")
+def list_(json_: JsonOpt = False) -> None:
+    """List your data folders."""
+    with client() as c:
+        folders = c.list_folders()
+    if json_:
+        print_json(folders)
+        return
+    print_table(
+        ["NAME", "ID", "OWNER", "CREATED"],
+        [[f.name, f.id, f.owner, fmt_time(f.created_at)] for f in folders],
+    )
+
+
+@app.command()
+def delete(name: FolderArg) -> None:
+    """Delete a data folder and its files (not while a session mounts it)."""
+    with client() as c:
+        c.delete_folder(name)
+    console.print(Text(f"folder {name} deleted"))
