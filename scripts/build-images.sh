@@ -46,7 +46,10 @@ build_rootfs_tar() {
   echo "$tar"
 }
 
+BASE_CHECKED=0
 build_base() {
+  [ "$BASE_CHECKED" = 1 ] && return
+  BASE_CHECKED=1
   local tag="troupe/base:$TROUPE_VERSION"
   if [ "$(image_recipe "$tag")" = "$BASE_RECIPE" ]; then echo "==> $tag is up to date"; return; fi
   local tar t0 rootfs="troupe/rootfs:$ROOTFS_KEY"

@@ -86,7 +86,7 @@ class Server:
         )
 
 
-def start_server(tmp: Path, *extra: str) -> Server:
+def start_server(tmp: Path, *extra: str, host: str = "127.0.0.1") -> Server:
     port = free_port()
     data, cfg = tmp / "data", tmp / "config"
     log_path = tmp / "server.log"
@@ -98,6 +98,8 @@ def start_server(tmp: Path, *extra: str) -> Server:
                 "-m",
                 "troupe",
                 "server",
+                "--host",
+                host,
                 "--port",
                 str(port),
                 "--data-dir",
@@ -115,7 +117,7 @@ def start_server(tmp: Path, *extra: str) -> Server:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{host}:{port}"
     deadline = time.monotonic() + 60
     import httpx
 

@@ -129,7 +129,8 @@ out=/tmp/check_tf_config.out
 : > "$out"
 status=0
 for h in $(echo "$BACKENDAI_CLUSTER_HOSTS" | tr , ' '); do
-  ssh "$h" "cat > $prog" < "$prog"
+  # never onto itself: the remote "cat >" would truncate the file being sent
+  [ "$h" = "$BACKENDAI_CLUSTER_HOST" ] || ssh "$h" "cat > $prog" < "$prog"
   ssh "$h" "python3 $prog" >> "$out" || status=1
 done
 cat "$out"

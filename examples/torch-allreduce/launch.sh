@@ -28,7 +28,8 @@ dist.destroy_process_group()
 PY
 pids=""
 for h in $(echo "$BACKENDAI_CLUSTER_HOSTS" | tr , ' '); do
-  ssh "$h" 'cat > /tmp/allreduce.py' < /tmp/allreduce.py
+  # never onto itself: the remote "cat >" would truncate the file being sent
+  [ "$h" = "$BACKENDAI_CLUSTER_HOST" ] || ssh "$h" 'cat > /tmp/allreduce.py' < /tmp/allreduce.py
   ssh "$h" 'OMP_NUM_THREADS=1 torchrun --nnodes="$BACKENDAI_CLUSTER_SIZE" --nproc-per-node=1 \
       --node-rank="$BACKENDAI_CLUSTER_LOCAL_RANK" --master-addr="$MASTER_ADDR" \
       --master-port="$MASTER_PORT" /tmp/allreduce.py' &

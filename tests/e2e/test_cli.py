@@ -298,3 +298,38 @@ def test_agent_and_image_lists(server: Server) -> None:
     row = next(line for line in table.splitlines() if line.startswith(BASE + " "))
     base_id = next(i["id"] for i in images if i["name"] == BASE)
     assert base_id.removeprefix("sha256:")[:12] in row
+
+
+def test_session_run_on_every_kernel(server: Server) -> None:
+    name = "cli-run"
+    r = server.cli(
+        "session",
+        "create",
+        name,
+        "--image",
+        "troupe/base:0.1.0",
+        "--cluster-size",
+        "3",
+        "--cpu",
+        "0.25",
+        "--mem",
+        "256m",
+        "--wait",
+    )
+    assert r.returncode == 0, r.stderr
+    try:
+        r = server.cli(
+            "session",
+            "run",
+            name,
+            "--",
+            "sh",
+            "-c",
+            'echo "rank $BACKENDAI_CLUSTER_LOCAL_RANK"; '
+            'test "$(hostname)" = sub2 && exit 9; exit 0',
+        )
+        assert r.returncode == 9, r.stderr
+        lines = sorted(r.stdout.splitlines())
+        assert lines == ["[main1] rank 0", "[sub1] rank 1", "[sub2] rank 2"], r.stdout
+    finally:
+        server.cli("session", "destroy", name)

@@ -35,10 +35,32 @@ SMALL = Resources(cpu=0.25, mem=256 * 1024**2)
 def start_agent(server: Server, name: str, port: int, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "troupe", "agent", "--manager", server.url, "--token", TOKEN,
-             "--listen", f"127.0.0.1:{port}", "--name", name, "--cpu", "1", "--mem", "2g",
-             "--data-root", str(server.data_dir), "--heartbeat", "0.5"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "troupe",
+                "agent",
+                "--manager",
+                server.url,
+                "--token",
+                TOKEN,
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--name",
+                name,
+                "--cpu",
+                "1",
+                "--mem",
+                "2g",
+                "--data-root",
+                str(server.data_dir),
+                "--heartbeat",
+                "0.5",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def wait_agent(server: Server, name: str, status: str = "ALIVE", timeout: float = 30) -> None:
@@ -53,8 +75,7 @@ def wait_agent(server: Server, name: str, status: str = "ALIVE", timeout: float 
 
 @pytest.fixture
 def manager(tmp_path: Path, docker_engine: None) -> Iterator[Server]:
-    srv = start_server(tmp_path, "--no-local-agent", "--agent-token", TOKEN,
-                       "--agent-timeout", "3")
+    srv = start_server(tmp_path, "--no-local-agent", "--agent-token", TOKEN, "--agent-timeout", "3")
     try:
         yield srv
     finally:
@@ -62,28 +83,39 @@ def manager(tmp_path: Path, docker_engine: None) -> Iterator[Server]:
         remove_leftovers(session_ids(srv))
 
 
-def test_remote_agent_runs_sessions_and_is_lost_when_silent(manager: Server,
-                                                            tmp_path: Path) -> None:
+def test_remote_agent_runs_sessions_and_is_lost_when_silent(
+    manager: Server, tmp_path: Path
+) -> None:
     port = free_port()
     agent = start_agent(manager, "far", port, tmp_path / "agent.log")
     try:
         wait_agent(manager, "far")
         c = manager.client()
         with pytest.raises(Exception, match="larger than every agent"):
-            c.create_session(SessionCreate(name="big", image=BASE_IMAGE, cluster_size=3,
-                                           resources=Resources(cpu=0.5, mem=256 * 1024**2)))
-        c.create_session(SessionCreate(name="r", image=BASE_IMAGE, cluster_size=2,
-                                       resources=SMALL))
+            c.create_session(
+                SessionCreate(
+                    name="big",
+                    image=BASE_IMAGE,
+                    cluster_size=3,
+                    resources=Resources(cpu=0.5, mem=256 * 1024**2),
+                )
+            )
+        c.create_session(SessionCreate(name="r", image=BASE_IMAGE, cluster_size=2, resources=SMALL))
         info = c.wait_session("r", timeout=120)
         assert info.status == "RUNNING", info.status_info
         assert {k.agent for k in info.kernels} == {"far"}
         assert c.exec("r", ["ssh", "sub1", "hostname"]) == (0, "sub1\n")
-        code, out = c.exec("r", ["sh", "-c", "echo to-log; exit 3"], kernel="sub1")
+        code, _ = c.exec("r", ["sh", "-c", "echo to-log; exit 3"], kernel="sub1")
         assert code == 3
         # a terminal through the manager's and the agent's websockets
-        r = subprocess.run([str(Path(__file__).parents[2] / ".venv/bin/troupe"), "session",
-                            "shell", "r"], input="hostname; exit 4\n", env=manager.env,
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [str(Path(__file__).parents[2] / ".venv/bin/troupe"), "session", "shell", "r"],
+            input="hostname; exit 4\n",
+            env=manager.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 4 and "main1" in r.stdout, r
 
         # the agent dies: after the heartbeat time-out the session fails, naming the kernel

@@ -6,6 +6,7 @@ placements in one transaction, so accounting stays exact and this stays easy to 
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -114,24 +115,88 @@ def never_fits(req: Request, agents: Sequence[AgentState]) -> str | None:
     return None
 
 
-def _place(req: Request, agents: dict[str, AgentState]) -> list[str] | None:
-    group = [a for a in agents.values() if a.group == req.group]
-    # One agent for the whole session when one fits: tightest fit keeps big holes for others.
-    whole = [a for a in group if a.kernels_fitting(req) >= req.size]
-    if whole:
-        best = min(whole, key=lambda a: (a.kernels_fitting(req), a.id))
-        return [best.id] * req.size
-    if req.mode != "multi-node":
+class _Group:
+    """The agents of one resource group, kept sorted by free cores for fast best-fit search.
+
+    Within one pass resources only shrink, so a request shape that failed stays failed: later
+    requests dominated by a failure are rejected without a search.
+    """
+
+    def __init__(self, agents: list[AgentState]) -> None:
+        self.state = {a.id: a for a in agents}
+        #: agent id -> [cores, bytes, GPUs] free; plain lists keep the hot loops cheap
+        self.free = {a.id: [a.cpu_free, a.mem_free, a.gpu_free] for a in agents}
+        self.by_cpu = sorted((a.cpu_free, a.id) for a in agents)
+        self.total_cpu = sum(max(a.cpu_free, 0.0) for a in agents)
+        self.failed: list[tuple[bool, int, float, int, int]] = []
+        self.version = 0
+
+    def take(self, agent_id: str, req: Request, kernels: int) -> None:
+        f = self.free[agent_id]
+        del self.by_cpu[bisect_left(self.by_cpu, (f[0], agent_id))]
+        f[0] -= req.cpu * kernels
+        f[1] -= req.mem * kernels
+        f[2] -= req.gpu * kernels
+        insort(self.by_cpu, (f[0], agent_id))
+        self.state[agent_id] = self.state[agent_id].take(req, kernels)
+        self.total_cpu -= req.cpu * kernels
+        self.version += 1
+
+    def fitting(self, agent_id: str, req: Request) -> int:
+        cpu, mem, gpu = self.free[agent_id]
+        n = min(int((cpu + EPS) // req.cpu), int(mem // req.mem))
+        if req.gpu > 0:
+            n = min(n, int(gpu // req.gpu))
+        return max(n, 0)
+
+    def dominated(self, req: Request) -> bool:
+        multi = req.mode == "multi-node"
+        return any(
+            (f_multi or not multi)
+            and size <= req.size
+            and cpu <= req.cpu + EPS
+            and mem <= req.mem
+            and gpu <= req.gpu
+            for f_multi, size, cpu, mem, gpu in self.failed
+        )
+
+    def place(self, req: Request) -> list[str] | None:
+        if self.dominated(req):
+            return None
+        placed = self._place(req)
+        if placed is None:
+            self.failed.append((req.mode == "multi-node", req.size, req.cpu, req.mem, req.gpu))
+        return placed
+
+    def _place(self, req: Request) -> list[str] | None:
+        # One agent for the whole session when one fits: the tightest fit in cores keeps big
+        # holes for big sessions. Agents from ``start`` on have the cores; check the rest.
+        need_cpu, need_mem, need_gpu = req.cpu * req.size, req.mem * req.size, req.gpu * req.size
+        by_cpu, free = self.by_cpu, self.free
+        for i in range(bisect_left(by_cpu, (need_cpu - EPS, "")), len(by_cpu)):
+            agent_id = by_cpu[i][1]
+            f = free[agent_id]
+            if f[1] >= need_mem and f[2] >= need_gpu:
+                return [agent_id] * req.size
+        if req.mode != "multi-node" or self.total_cpu + EPS < need_cpu:
+            return None
+        # Gang over several agents: the roomiest first (fewest hosts), all or nothing.
+        out: list[str] = []
+        for _, agent_id in reversed(by_cpu):
+            n = self.fitting(agent_id, req)
+            out += [agent_id] * min(n, req.size - len(out))
+            if len(out) == req.size:
+                return out
         return None
-    # Gang over several agents: fill the roomiest agents first (fewest hosts), all or nothing.
-    room = sorted(((a.kernels_fitting(req), a.id) for a in group), key=lambda t: (-t[0], t[1]))
-    out: list[str] = []
-    for n, agent_id in room:
-        take = min(n, req.size - len(out))
-        out += [agent_id] * take
-        if len(out) == req.size:
-            return out
-    return None
+
+    def report(self, req: Request, limit: int = 3) -> list[str]:
+        """Why ``req`` does not fit: the agents closest to fitting it, one line each."""
+        n = req.size if req.mode == "single-node" else 1
+        roomiest = [self.state[a] for _, a in reversed(self.by_cpu[-limit:])]
+        lines = [_shortage(a, req, n) for a in roomiest]
+        if len(self.by_cpu) > limit:
+            lines.append(f"... and {len(self.by_cpu) - limit} more agents with less room")
+        return lines
 
 
 def schedule(requests: Sequence[Request], agents: Sequence[AgentState]) -> Decision:
@@ -139,18 +204,25 @@ def schedule(requests: Sequence[Request], agents: Sequence[AgentState]) -> Decis
 
     A session that does not fit does not block smaller ones behind it (backfilling).
     """
-    state = {a.id: a for a in agents}
+    by_group: dict[str, list[AgentState]] = {}
+    for a in agents:
+        by_group.setdefault(a.group, []).append(a)
+    groups = {g: _Group(members) for g, members in by_group.items()}
     decision = Decision()
+    reports: dict[tuple[object, ...], list[str]] = {}
     for req in sorted(requests, key=lambda r: (-r.priority, r.order, r.session_id)):
-        placed = _place(req, state)
-        if placed is None:
-            group = [a for a in state.values() if a.group == req.group]
-            n = req.size if req.mode == "single-node" else 1
-            decision.waiting[req.session_id] = [_shortage(a, req, n) for a in group] or [
-                f"no agent in resource group {req.group!r}"
-            ]
+        group = groups.get(req.group)
+        if group is None:
+            decision.waiting[req.session_id] = [f"no agent in resource group {req.group!r}"]
             continue
-        for agent_id in set(placed):
-            state[agent_id] = state[agent_id].take(req, placed.count(agent_id))
+        placed = group.place(req)
+        if placed is None:
+            key = (req.group, req.mode, req.size, req.cpu, req.mem, req.gpu, group.version)
+            if key not in reports:
+                reports[key] = group.report(req)
+            decision.waiting[req.session_id] = reports[key]
+            continue
+        for agent_id in dict.fromkeys(placed):
+            group.take(agent_id, req, placed.count(agent_id))
         decision.placements[req.session_id] = placed
     return decision

@@ -27,6 +27,23 @@ else
   echo "troupe: warning: $_troupe_dir/setup_dist_environ.sh not found; distributed-training variables are not set" >&2
 fi
 
+# 1b. With more than one interface (e.g. an overlay plus Docker's gateway bridge), tell gloo,
+#     NCCL and Open MPI which one is the session network: the one holding this kernel's
+#     address. A value the user set is kept.
+_troupe_nifs=$(ls /sys/class/net 2>/dev/null | grep -vc '^lo$')
+if [ "${BACKENDAI_CLUSTER_SIZE:-1}" != 1 ] && [ "${_troupe_nifs:-0}" -gt 1 ] \
+    && command -v ip >/dev/null 2>&1; then
+  _troupe_ip=$(getent hosts "${BACKENDAI_CLUSTER_HOST:-$(hostname)}" | awk '{print $1; exit}')
+  _troupe_if=$(ip -o -4 addr show | awk -v ip="$_troupe_ip" \
+    '{ split($4, a, "/"); if (a[1] == ip) { print $2; exit } }')
+  if [ -n "$_troupe_if" ]; then
+    [ -n "${GLOO_SOCKET_IFNAME+x}" ] || export GLOO_SOCKET_IFNAME="$_troupe_if"
+    [ -n "${NCCL_SOCKET_IFNAME+x}" ] || export NCCL_SOCKET_IFNAME="$_troupe_if"
+    [ -n "${OMPI_MCA_btl_tcp_if_include+x}" ] || export OMPI_MCA_btl_tcp_if_include="$_troupe_if"
+    [ -n "${OMPI_MCA_oob_tcp_if_include+x}" ] || export OMPI_MCA_oob_tcp_if_include="$_troupe_if"
+  fi
+fi
+
 # 2. User work.
 _troupe_shell=/bin/sh
 if [ -x /bin/bash ]; then _troupe_shell=/bin/bash; fi

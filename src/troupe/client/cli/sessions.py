@@ -496,6 +496,57 @@ def exec_(
     raise typer.Exit(code)
 
 
+@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    name: NameArg,
+    command: Annotated[list[str], typer.Argument(help="the command, after --", show_default=False)],
+    user: Annotated[
+        ExecUser, typer.Option("--user", "-u", help="run as work or root")
+    ] = ExecUser.work,
+) -> None:
+    """Run a command on every kernel at once; lines are prefixed [host], the worst exit
+    code is passed through."""
+    import threading
+
+    with client() as c:
+        hosts = [k.hostname for k in c.get_session(name).kernels]
+    lock = threading.Lock()
+    codes: dict[str, int] = {}
+    errors: dict[str, str] = {}
+
+    def one(host: str) -> None:
+        pending = ""
+        try:
+            with client() as c:
+                for item in c.exec_stream(name, command, kernel=host, user=user.value):
+                    if isinstance(item, int):
+                        codes[host] = item
+                        continue
+                    *lines, pending = (pending + item).split("\n")
+                    if lines:
+                        with lock:
+                            sys.stdout.write("".join(f"[{host}] {line}\n" for line in lines))
+                            sys.stdout.flush()
+        except (Exception, SystemExit) as e:  # one kernel's failure must not hide the others
+            errors[host] = str(e) or type(e).__name__
+        if pending:
+            with lock:
+                sys.stdout.write(f"[{host}] {pending}\n")
+
+    threads = [threading.Thread(target=one, args=(h,), daemon=True) for h in hosts]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    for host, message in errors.items():
+        err_console.print(f"[red]{host}: {message}[/red]")
+    worst = max([codes.get(h, 255 if h in errors else 0) for h in hosts], default=0)
+    raise typer.Exit(worst if worst >= 0 else 255)
+
+
 def _ws_url(api_url: str, ref: str, kernel: str) -> str:
     base = api_url.rstrip("/")
     if base.startswith("https://"):

@@ -1,0 +1,317 @@
+"""Multi-node sessions over several hosts: a manager, one agent per simulated host of the test
+bed (each agent runs in its host's network namespace and talks to that host's dockerd), and a
+Swarm attachable overlay network joining kernels on different hosts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.conftest import (
+    BASE_IMAGE,
+    DOCKER,
+    ROOT,
+    TORCH_IMAGE,
+    Server,
+    start_server,
+    stop_server,
+)
+
+from troupe.api.models import Mount, Resources, SessionCreate
+from troupe.client.sdk import Client, TroupeError
+
+pytestmark = pytest.mark.docker
+SCRIPT = ROOT / "scripts" / "testbed.sh"
+TOKEN = "multihost-token"
+N = 3
+ONE_PER_HOST = Resources(cpu=0.75, mem=512 * 1024**2)  # agents offer 1 core each
+
+
+def tb(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def node_docker(i: int, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [DOCKER, "-H", f"unix:///run/troupe-tb/tt{i}/docker.sock", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+class Cluster:
+    def __init__(self, server: Server, data_root: Path, log_dir: Path) -> None:
+        self.server, self.data_root, self.log_dir = server, data_root, log_dir
+        self.agents: dict[int, subprocess.Popen[bytes]] = {}
+
+    def start_agent(self, i: int) -> None:
+        port = 6011
+        with open(self.log_dir / f"agent-tt{i}.log", "ab") as out:
+            self.agents[i] = subprocess.Popen(
+                [
+                    "bash",
+                    str(SCRIPT),
+                    "exec",
+                    str(i),
+                    sys.executable,
+                    "-m",
+                    "troupe",
+                    "agent",
+                    "--manager",
+                    self.server.url,
+                    "--token",
+                    TOKEN,
+                    "--listen",
+                    f"10.123.0.{10 + i}:{port}",
+                    "--name",
+                    f"tt{i}",
+                    "--docker-host",
+                    f"unix:///run/troupe-tb/tt{i}/docker.sock",
+                    "--cpu",
+                    "1",
+                    "--mem",
+                    "3g",
+                    "--data-root",
+                    str(self.data_root),
+                    "--heartbeat",
+                    "0.5",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def kill_agent(self, i: int) -> None:
+        p = self.agents.pop(i)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+    def wait_agents(self, status: dict[str, str], timeout: float = 60) -> None:
+        c = self.server.client()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            seen = {a.name: a.status for a in c.list_agents()}
+            if all(seen.get(k) == v for k, v in status.items()):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"agents {c.list_agents()} not {status}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[Cluster]:
+    up = tb("up", str(N), TB_IMAGES=f"{BASE_IMAGE} {TORCH_IMAGE}")
+    assert up.returncode == 0, up.stdout + up.stderr
+    tmp = tmp_path_factory.mktemp("multihost")
+    server = start_server(
+        tmp, "--no-local-agent", "--agent-token", TOKEN, "--agent-timeout", "4", host="10.123.0.1"
+    )
+    cl = Cluster(server, tmp / "shared-data", tmp)
+    try:
+        for i in range(1, N + 1):
+            cl.start_agent(i)
+        cl.wait_agents({f"tt{i}": "ALIVE" for i in range(1, N + 1)})
+        yield cl
+    finally:
+        try:
+            c = server.client()
+            for s in c.list_sessions():
+                c.destroy_session(s.id)
+        finally:
+            for i in list(cl.agents):
+                os.killpg(cl.agents[i].pid, signal.SIGTERM)
+                cl.agents[i].wait(30)
+            stop_server(server)
+            tb("down", TB_FAST="1")
+
+
+def start(c: Client, req: SessionCreate) -> None:
+    c.create_session(req)
+    info = c.wait_session(req.name, timeout=240)
+    assert info.status == "RUNNING", info.status_info
+
+
+def test_agents_report_swarm_and_capacity(cluster: Cluster) -> None:
+    agents = {a.name: a for a in cluster.server.client().list_agents()}
+    assert agents["tt1"].swarm_manager and not agents["tt2"].swarm_manager
+    assert all(a.cpu == 1 and a.status == "ALIVE" for a in agents.values())
+
+
+def test_multi_node_session_spans_hosts_over_overlay(cluster: Cluster) -> None:
+    c = cluster.server.client()
+    folder = "mh-data"
+    c.create_folder(folder)
+    start(
+        c,
+        SessionCreate(
+            name="span",
+            image=TORCH_IMAGE,
+            cluster_size=3,
+            cluster_mode="multi-node",
+            resources=ONE_PER_HOST,
+            mounts=[Mount(folder=folder)],
+        ),
+    )
+    try:
+        info = c.get_session("span")
+        assert sorted(k.agent or "" for k in info.kernels) == ["tt1", "tt2", "tt3"]
+        net = node_docker(
+            1,
+            "network",
+            "inspect",
+            "-f",
+            '{{.Driver}} {{.Attachable}} {{index .Options "com.docker.network.driver.mtu"}}',
+            info.network or "",
+        )
+        assert net.stdout.split() == ["overlay", "true", "1450"], net
+        # names resolve and ssh works across hosts, in every direction
+        for src in ("main1", "sub1", "sub2"):
+            code, out = c.exec(
+                "span",
+                ["sh", "-c", "for h in main1 sub1 sub2; do ssh $h hostname; done"],
+                kernel=src,
+            )
+            assert (code, out) == (0, "main1\nsub1\nsub2\n"), (src, out)
+        # overlay kernels also have Docker's gateway bridge: gloo/NCCL/MPI get the overlay one
+        for host in ("main1", "sub1", "sub2"):
+            code, out = c.exec(
+                "span",
+                [
+                    "sh",
+                    "-c",
+                    "ip -o -4 addr show dev $GLOO_SOCKET_IFNAME"
+                    " | grep -c $(getent hosts $(hostname) | cut -d' ' -f1);"
+                    " test $NCCL_SOCKET_IFNAME = $GLOO_SOCKET_IFNAME",
+                ],
+                kernel=host,
+            )
+            assert (code, out.strip()) == (0, "1"), (host, out)
+        # a data folder on shared storage: written on one host, read on another
+        c.exec("span", ["sh", "-c", f"hostname > /home/work/{folder}/who"], kernel="sub2")
+        assert c.exec("span", ["cat", f"/home/work/{folder}/who"]) == (0, "sub2\n")
+        # the README's torchrun all-reduce, across the three hosts
+        launch = (ROOT / "examples/torch-allreduce/launch.sh").read_text()
+        code, out = c.exec("span", ["sh", "-c", launch])
+        assert code == 0, out
+        assert out.count("all_reduce sum=6.0 expected=6.0 OK") == 3, out
+    finally:
+        c.destroy_session("span")
+    for i in range(1, N + 1):  # nothing left on any host, the overlay included
+        assert node_docker(i, "ps", "-aq", "--filter", "label=troupe.session").stdout == ""
+    assert node_docker(1, "network", "ls", "-q", "--filter", "label=troupe.session").stdout == ""
+
+
+def test_multi_node_session_that_fits_one_host_uses_a_bridge(cluster: Cluster) -> None:
+    c = cluster.server.client()
+    start(
+        c,
+        SessionCreate(
+            name="small",
+            image=BASE_IMAGE,
+            cluster_size=2,
+            cluster_mode="multi-node",
+            resources=Resources(cpu=0.25, mem=256 * 1024**2),
+        ),
+    )
+    try:
+        info = c.get_session("small")
+        agents = {k.agent for k in info.kernels}
+        assert len(agents) == 1
+        i = int(next(iter(agents)).removeprefix("tt"))  # type: ignore[union-attr]
+        driver = node_docker(i, "network", "inspect", "-f", "{{.Driver}}", info.network or "")
+        assert driver.stdout.strip() == "bridge"
+        assert c.exec("small", ["ssh", "sub1", "hostname"]) == (0, "sub1\n")
+    finally:
+        c.destroy_session("small")
+
+
+def test_pending_until_resources_free_and_never_fitting_rejected(cluster: Cluster) -> None:
+    c = cluster.server.client()
+    with pytest.raises(TroupeError) as e:  # 3 x 0.5 cores on one host of 1 core: never
+        c.create_session(
+            SessionCreate(
+                name="huge",
+                image=BASE_IMAGE,
+                cluster_size=3,
+                resources=Resources(cpu=0.5, mem=256 * 1024**2),
+            )
+        )
+    assert e.value.status == 422 and "larger than every agent" in e.value.message
+    start(
+        c,
+        SessionCreate(
+            name="blocker",
+            image=BASE_IMAGE,
+            cluster_size=3,
+            cluster_mode="multi-node",
+            resources=ONE_PER_HOST,
+        ),
+    )
+    try:
+        c.create_session(
+            SessionCreate(
+                name="waiter",
+                image=BASE_IMAGE,
+                cluster_size=2,
+                resources=Resources(cpu=0.5, mem=256 * 1024**2),
+            )
+        )
+        info = c.wait_session("waiter", until="change", since="PENDING", timeout=3)
+        assert info.status == "PENDING"
+        deadline = time.monotonic() + 20
+        while "pending" not in info.status_info and time.monotonic() < deadline:
+            time.sleep(0.2)
+            info = c.get_session("waiter")
+        report = info.status_info["pending"]
+        assert set(report) == {"main1", "sub1"}
+        assert any("agent tt2: cpu: needs 1 cores, 0.25 cores free" in r for r in report["main1"])
+    finally:
+        c.destroy_session("blocker")
+    info = c.wait_session("waiter", timeout=120)
+    assert info.status == "RUNNING", info.status_info
+    c.destroy_session("waiter")
+
+
+def test_lost_agent_fails_its_session_and_leaves_no_orphans(cluster: Cluster) -> None:
+    c = cluster.server.client()
+    start(
+        c,
+        SessionCreate(
+            name="fragile",
+            image=BASE_IMAGE,
+            cluster_size=3,
+            cluster_mode="multi-node",
+            resources=ONE_PER_HOST,
+        ),
+    )
+    info = c.get_session("fragile")
+    on_tt2 = next(k.hostname for k in info.kernels if k.agent == "tt2")
+    cluster.kill_agent(2)
+    final = c.wait_session("fragile", until="final", timeout=60)
+    assert final.status == "ERROR"
+    assert final.status_info["reason"] == "agent lost"
+    assert final.status_info["kernel"] == on_tt2
+    for i in (1, 3):  # the kernels on the reachable hosts are gone at once
+        assert (
+            node_docker(i, "ps", "-aq", "--filter", f"label=troupe.session={info.id}").stdout == ""
+        )
+    cluster.start_agent(2)
+    cluster.wait_agents({"tt2": "ALIVE"})
+    deadline = time.monotonic() + 30
+    while node_docker(2, "ps", "-aq", "--filter", f"label=troupe.session={info.id}").stdout:
+        assert time.monotonic() < deadline, "orphaned kernel on tt2"
+        time.sleep(0.2)
+    tt2 = next(a for a in c.list_agents() if a.name == "tt2")
+    assert (tt2.cpu_free, tt2.kernels) == (tt2.cpu, 0)
