@@ -166,11 +166,32 @@ def session_ids(server: Server) -> set[str]:
         return {row[0] for row in conn.execute("SELECT id FROM sessions")}
 
 
+def remove_stale_test_sessions() -> None:
+    """Removes what earlier, interrupted test runs left: troupe networks in the test pool and
+    every container on them (a developer's own server uses another pool)."""
+    import ipaddress
+
+    pool = ipaddress.ip_network(TEST_SUBNET_POOL)
+    for net in docker("network", "ls", "-q", "--filter", "label=troupe.session").stdout.split():
+        r = docker(
+            "network",
+            "inspect",
+            "-f",
+            '{{range .IPAM.Config}}{{.Subnet}} {{end}}|{{index .Labels "troupe.session"}}',
+            net,
+            check=False,
+        )
+        subnets, _, sid = r.stdout.strip().partition("|")
+        if any(ipaddress.ip_network(x).subnet_of(pool) for x in subnets.split() if "." in x):
+            remove_leftovers({sid})
+
+
 @pytest.fixture(scope="session")
 def docker_engine() -> None:
     r = docker("info", check=False)
     if r.returncode != 0:
         pytest.fail("Docker engine not answering; run scripts/setup.sh first:\n" + r.stderr)
+    remove_stale_test_sessions()
     for image in (BASE_IMAGE, TORCH_IMAGE):
         if docker("image", "inspect", image, check=False).returncode != 0:
             pytest.fail(f"image {image} missing; run scripts/setup.sh first")
