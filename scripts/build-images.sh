@@ -65,43 +65,28 @@ build_base() {
   echo "    $tag built in $(elapsed "$t0")"
 }
 
-build_pytorch() {
-  local tag="troupe/pytorch:$TROUPE_VERSION"
-  if [ "$(image_recipe "$tag")" = "$PYTORCH_RECIPE" ]; then echo "==> $tag is up to date"; return; fi
+# An image on top of troupe/base whose Dockerfile installs wheels (bind-mounted, so they are in
+# no layer) downloaded on the host from pip's configuration: images/<name>/{Dockerfile,
+# requirements.txt}. Usage: build_wheel_image NAME RECIPE_HASH WHAT_IT_INSTALLS
+build_wheel_image() {
+  local name=$1 recipe=$2 what=$3
+  local tag="troupe/$name:$TROUPE_VERSION"
+  if [ "$(image_recipe "$tag")" = "$recipe" ]; then echo "==> $tag is up to date"; return; fi
   local ctx t0; t0=$(date +%s)
-  ctx="$CACHE_DIR/pytorch-context"
+  ctx="$CACHE_DIR/$name-context"
   mkdir -p "$ctx/wheels"
-  cp "$ROOT/images/pytorch/Dockerfile" "$ctx/Dockerfile"
-  cp "$ROOT/images/pytorch/requirements.txt" "$ctx/wheels/requirements.txt"
+  cp "$ROOT/images/$name/Dockerfile" "$ctx/Dockerfile"
+  cp "$ROOT/images/$name/requirements.txt" "$ctx/wheels/requirements.txt"
   echo "==> downloading wheels (pip's configured index and local wheel files)"
   "$(command -v python3.11 || command -v python3)" -m pip download -q --disable-pip-version-check \
-    --only-binary=:all: -d "$ctx/wheels" -r "$ctx/wheels/requirements.txt" 2>&1 | { grep -v "^WARNING: Location" || true; } | progress
-  echo "==> building $tag (installs PyTorch into /opt/venv)"
+    --only-binary=:all: -d "$ctx/wheels" -r "$ctx/wheels/requirements.txt" 2>&1 \
+    | { grep -v "^WARNING: Location" || true; } | progress
+  echo "==> building $tag ($what)"
   DOCKER_BUILDKIT=1 "$DOCKER" build --progress=plain --build-arg BASE="troupe/base:$TROUPE_VERSION" \
-    --build-arg RECIPE="$PYTORCH_RECIPE" -t "$tag" "$ctx" 2>&1 \
+    --build-arg RECIPE="$recipe" -t "$tag" "$ctx" 2>&1 \
     | only '^#[0-9]+ (\[|DONE|ERROR)|error' | progress
   "$DOCKER" image inspect "$tag" >/dev/null 2>&1 || die "building $tag failed"
-  "$DOCKER" tag "$tag" troupe/pytorch:latest
-  echo "    $tag built in $(elapsed "$t0")"
-}
-
-build_mpi() {
-  local tag="troupe/mpi:$TROUPE_VERSION"
-  if [ "$(image_recipe "$tag")" = "$MPI_RECIPE" ]; then echo "==> $tag is up to date"; return; fi
-  local ctx t0; t0=$(date +%s)
-  ctx="$CACHE_DIR/mpi-context"
-  mkdir -p "$ctx/wheels"
-  cp "$ROOT/images/mpi/Dockerfile" "$ctx/Dockerfile"
-  cp "$ROOT/images/mpi/requirements.txt" "$ctx/wheels/requirements.txt"
-  echo "==> downloading wheels (pip's configured index and local wheel files)"
-  "$(command -v python3.11 || command -v python3)" -m pip download -q --disable-pip-version-check \
-    --only-binary=:all: -d "$ctx/wheels" -r "$ctx/wheels/requirements.txt" 2>&1 | { grep -v "^WARNING: Location" || true; } | progress
-  echo "==> building $tag (installs Open MPI with apt, mpi4py into /opt/venv)"
-  DOCKER_BUILDKIT=1 "$DOCKER" build --progress=plain --build-arg BASE="troupe/base:$TROUPE_VERSION" \
-    --build-arg RECIPE="$MPI_RECIPE" -t "$tag" "$ctx" 2>&1 \
-    | only '^#[0-9]+ (\[|DONE|ERROR)|error' | progress
-  "$DOCKER" image inspect "$tag" >/dev/null 2>&1 || die "building $tag failed"
-  "$DOCKER" tag "$tag" troupe/mpi:latest
+  "$DOCKER" tag "$tag" "troupe/$name:latest"
   echo "    $tag built in $(elapsed "$t0")"
 }
 
@@ -109,8 +94,8 @@ targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(base pytorch mpi)
 for t in "${targets[@]}"; do
   case "$t" in
     base) build_base ;;
-    pytorch) build_base; build_pytorch ;;
-    mpi) build_base; build_mpi ;;
+    pytorch) build_base; build_wheel_image pytorch "$PYTORCH_RECIPE" "installs PyTorch into /opt/venv" ;;
+    mpi) build_base; build_wheel_image mpi "$MPI_RECIPE" "Open MPI with apt, mpi4py into /opt/venv" ;;
     *) die "unknown image $t (known: base pytorch mpi)" ;;
   esac
 done

@@ -19,7 +19,7 @@ step() { printf '\033[1;34m==>\033[0m %s\n' "$*"; }
 
 # --- 1. packages --------------------------------------------------------------
 need_pkgs=()
-for p in docker.io debootstrap busybox-static iptables iproute2 util-linux python3-venv; do
+for p in docker.io debootstrap busybox-static iptables iproute2 util-linux python3-venv postgresql; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -49,7 +49,7 @@ venv_stamp=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -x .venv/bin/troupe ] || [ "$(cat .venv/.troupe-stamp 2>/dev/null)" != "$venv_stamp" ]; then
   step "installing troupe into .venv"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | { grep -v '^WARNING: Location' || true; }
   echo "$venv_stamp" > .venv/.troupe-stamp
 fi
 

@@ -40,9 +40,9 @@ def script(path: str) -> str:
     return (EXAMPLES / path).read_text()
 
 
-def launch(c: Client, name: str, path: str) -> tuple[int, str]:
+def launch(c: Client, name: str, path: str, *args: str) -> tuple[int, str]:
     """Runs an example's launch script in main1, as `troupe session exec` does."""
-    return c.exec(name, ["sh", "-c", script(path)])
+    return c.exec(name, ["sh", "-c", script(path), "launch", *args])
 
 
 def create(c: Client, name: str, image: str, resources: Resources, **kw: object) -> float:
@@ -136,19 +136,6 @@ def check_ddp(mode: str, code: int, out: str, reference_sum: float | None = None
     return sha
 
 
-def test_ddp_launch_scripts_embed_train_py() -> None:
-    """Kernels do not see the repository: each launch script carries train.py verbatim."""
-    train = script("torch-ddp/train.py")
-    for mode in ("static", "c10d", "per-container"):
-        text = script(f"torch-ddp/launch-{mode}.sh")
-        embedded = text.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0] + "\n"
-        assert embedded == train, mode
-    mpi = script("mpi/launch.sh").split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0] + "\n"
-    assert mpi == script("mpi/allreduce.py")
-    tf = script("tf-config/launch.sh").split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0] + "\n"
-    assert tf == script("tf-config/check_tf_config.py")
-
-
 def test_torch_ddp_static_and_c10d(
     server: Server, timings: Timings, record_property: Record
 ) -> None:
@@ -157,7 +144,7 @@ def test_torch_ddp_static_and_c10d(
     t0 = create(c, name, TORCH_IMAGE, TORCH_RES)
     try:
         timings.add(record_property, "torch session running", t0)
-        code, out = launch(c, name, "torch-ddp/launch-static.sh")
+        code, out = launch(c, name, "torch-ddp/launch.sh", "static")
         timings.add(record_property, "torch-ddp static (create -> result)", t0)
         code_ref, ref = c.exec(name, ["python", "/tmp/ddp-train.py", "--reference", "3"])
         assert code_ref == 0, ref
@@ -165,7 +152,7 @@ def test_torch_ddp_static_and_c10d(
         assert m, ref
         check_ddp("static", code, out, float(m.group(1)))
         t1 = time.monotonic()
-        code, out = launch(c, name, "torch-ddp/launch-c10d.sh")
+        code, out = launch(c, name, "torch-ddp/launch.sh", "c10d")
         timings.add(record_property, "torch-ddp c10d (launch -> result, same session)", t1)
         check_ddp("c10d", code, out, float(m.group(1)))
     finally:
@@ -179,7 +166,7 @@ def test_torch_ddp_per_container(server: Server, timings: Timings, record_proper
     try:
         code, out = c.exec(name, ["sh", "-c", "echo $WORLD_SIZE $RANK $LOCAL_RANK"], kernel="sub2")
         assert out == "3 2 0\n"
-        code, out = launch(c, name, "torch-ddp/launch-per-container.sh")
+        code, out = launch(c, name, "torch-ddp/launch.sh", "per-container")
         timings.add(record_property, "torch-ddp per-container (create -> result)", t0)
         check_ddp("per-container", code, out)
     finally:

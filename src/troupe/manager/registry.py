@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import shutil
 import time
@@ -17,16 +16,14 @@ import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from troupe.agent.base import AgentBackend, AgentError, ExecExit, ExecOutput
-from troupe.agent.client import RemoteAgent
-from troupe.api.agent import AgentCapacity, KernelExit, KernelSpec, NetworkSpec
+from troupe.api.agent import KernelExit, KernelSpec, NetworkSpec
 from troupe.api.models import (
-    FINAL_STATUSES,
     ExecRequest,
     SessionCreate,
     SessionStatus,
@@ -34,16 +31,16 @@ from troupe.api.models import (
 from troupe.cluster import build_cluster, generate_ed25519
 from troupe.manager.config import ServerConfig
 from troupe.manager.errors import ApiError, conflict, invalid, not_found
+from troupe.manager.fleet import ALLOCATED, Fleet
 from troupe.manager.kernels import SessionPlan, kernel_specs
 from troupe.manager.logs import LogStore, merged, strip
-from troupe.manager.scheduler import AgentState, Request, never_fits, schedule
+from troupe.manager.networks import AgentNet, free_subnet, plan_network
+from troupe.manager.scheduler import Request, never_fits, schedule
 from troupe.manager.store.models import Agent, Folder, Kernel, Session, User
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 S = SessionStatus
-#: Statuses whose kernels hold resources on their agents.
-ALLOCATED = (S.SCHEDULED, S.PREPARING, S.RUNNING, S.TERMINATING)
 ACTIVE = (S.PENDING, *ALLOCATED)
 
 
@@ -60,9 +57,9 @@ class Registry:
     ) -> None:
         self.config = config
         self.db = db
-        self.agents = agents
-        self.log_store = LogStore(config.logs_dir)
         self._wake = asyncio.Event()
+        self.fleet = Fleet(config, db, agents, self._fail_lost, self._wake.set)
+        self.log_store = LogStore(config.logs_dir)
         self._changed = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -73,15 +70,8 @@ class Registry:
 
     # -- start and stop ----------------------------------------------------------
     async def start(self) -> None:
-        """Starts the in-process agents, reconnects to known remote ones, reconciles."""
-        for agent_id, agent in self.agents.items():
-            await agent.start(on_exit=self._on_kernel_exit)
-            await self._register_agent(agent_id, agent)
-        async with self.db() as db:
-            for row in (await db.execute(select(Agent))).scalars():
-                if row.address and row.id not in self.agents:
-                    token = self.config.resolve_agent_token()
-                    self.agents[row.id] = RemoteAgent(row.id, row.address, token)
+        """Starts the agents, reconciles the sessions, starts the scheduler."""
+        await self.fleet.start(on_exit=self._on_kernel_exit)
         await self.reconcile()
         self._loop_task = asyncio.create_task(self._scheduler_loop(), name="scheduler")
         self._wake.set()
@@ -93,37 +83,14 @@ class Registry:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        for agent in self.agents.values():
-            await agent.close()
-
-    async def _register_agent(self, agent_id: str, agent: AgentBackend) -> None:
-        cap = await agent.capacity()
-        async with self.db() as db:
-            row = await db.get(Agent, agent_id)
-            if row is None:
-                row = Agent(id=agent_id, name=cap.name)
-                db.add(row)
-            row.group, row.cpu, row.mem, row.gpu = cap.group, cap.cpu, cap.mem, cap.gpu
-            row.swarm_manager, row.status, row.last_heartbeat = cap.swarm_manager, "ALIVE", _now()
-            row.data_marker, row.underlay_mtu = cap.data_marker, cap.underlay_mtu
-            await db.commit()
+        await self.fleet.stop()
 
     async def reconcile(self) -> None:
         """After a manager restart: finish what was interrupted, remove what is orphaned."""
         async with self.db() as db:
             rows = await db.execute(select(Session).where(Session.status.in_(ALLOCATED)))
             sessions = list(rows.scalars())
-        running: dict[str, dict[str, str]] = defaultdict(dict)
-        unreachable: set[str] = set()
-        for agent_id, agent in self.agents.items():
-            try:
-                kernels = await agent.list_kernels()
-            except AgentError:
-                unreachable.add(agent_id)  # its heartbeat time-out decides
-                continue
-            for k in kernels:
-                if k["state"] == "running":
-                    running[k["session_id"]][k["hostname"]] = k["container_id"]
+        running, unreachable = await self.fleet.running_kernels()
         for s in sessions:
             if s.status in (S.SCHEDULED, S.PREPARING):
                 await self._teardown(
@@ -148,125 +115,14 @@ class Registry:
                             "kernel": missing[0],
                         },
                     )
-        await self._sweep_orphans()
-
-    async def _sweep_orphans(self) -> None:
-        """Removes containers and networks of sessions this manager knows to be over."""
-        for agent in list(self.agents.values()):
-            try:
-                ids = {k["session_id"] for k in await agent.list_kernels()}
-                ids |= await agent.list_session_ids_with_networks()
-            except AgentError as e:
-                log.info("orphan sweep skips %s: %s", agent.name, e)
-                continue
-            if not ids:
-                continue
-            async with self.db() as db:
-                rows = await db.execute(
-                    select(Session.id).where(
-                        Session.id.in_(ids), Session.status.in_([s.value for s in FINAL_STATUSES])
-                    )
-                )
-                over = set(rows.scalars())
-            for sid in over:
-                log.info("removing leftovers of finished session %s", sid)
-                await agent.destroy_session(sid)
-
-    # -- agents on other hosts ---------------------------------------------------------
-    async def register_remote(self, cap: AgentCapacity, address: str) -> None:
-        """An agent (re)joined: record it, connect to it, and reconcile what it holds."""
-        old = self.agents.get(cap.name)
-        if not isinstance(old, RemoteAgent) or old.address != address:
-            if old is not None:
-                await old.close()
-            self.agents[cap.name] = RemoteAgent(
-                cap.name, address, self.config.resolve_agent_token()
-            )
-        async with self.db() as db:
-            row = await db.get(Agent, cap.name)
-            if row is None:
-                row = Agent(id=cap.name, name=cap.name)
-                db.add(row)
-            row.address, row.group, row.cpu, row.mem, row.gpu = (
-                address,
-                cap.group,
-                cap.cpu,
-                cap.mem,
-                cap.gpu,
-            )
-            row.swarm_manager, row.data_marker, row.underlay_mtu = (
-                cap.swarm_manager,
-                cap.data_marker,
-                cap.underlay_mtu,
-            )
-            row.status, row.last_heartbeat = "ALIVE", _now()
-            await db.commit()
-        self._spawn(self._sweep_orphans())
-        self._wake.set()
-
-    async def heartbeat(self, name: str) -> bool:
-        """False if the agent is unknown here (it should register again)."""
-        if name not in self.agents:
-            return False
-        async with self.db() as db:
-            row = await db.get(Agent, name)
-            if row is None:
-                return False
-            back = row.status != "ALIVE"
-            row.status, row.last_heartbeat = "ALIVE", _now()
-            await db.commit()
-        if back:
-            log.warning("agent %s is back", name)
-            self._spawn(self._sweep_orphans())
-            self._wake.set()
-        return True
+        await self.fleet.sweep_orphans()
 
     async def kernel_exited(self, ev: KernelExit) -> None:
+        """A remote agent reports a kernel that stopped on its own."""
         await self._on_kernel_exit(ev)
 
-    async def _check_agents(self) -> None:
-        """Marks silent agents LOST and fails the sessions with kernels on them."""
-        cutoff = self.config.agent_timeout
-        now = _now()
-        lost: list[str] = []
-        async with self.db() as db:
-            for row in (await db.execute(select(Agent))).scalars():
-                if row.address is None:  # in-process: alive as long as we are
-                    row.last_heartbeat = now
-                elif (
-                    row.status == "ALIVE"
-                    and row.last_heartbeat is not None
-                    and (now - row.last_heartbeat).total_seconds() > cutoff
-                ):
-                    row.status = "LOST"
-                    lost.append(row.id)
-            await db.commit()
-            if not lost:
-                return
-            rows = await db.execute(
-                select(Kernel.session_id, Kernel.hostname, Kernel.agent_id)
-                .join(Session, Kernel.session_id == Session.id)
-                .where(Kernel.agent_id.in_(lost), Session.status.in_([s.value for s in ALLOCATED]))
-                .order_by(Kernel.rank)
-            )
-            victims: dict[str, tuple[str, str]] = {}
-            for sid, host, agent_id in rows:
-                victims.setdefault(sid, (host, agent_id or ""))
-        for agent_id in lost:
-            log.warning("agent %s lost (no heartbeat for %g s)", agent_id, cutoff)
-        for sid, (host, agent_id) in victims.items():
-            self._spawn(
-                self._teardown(
-                    sid,
-                    S.ERROR,
-                    {
-                        "reason": "agent lost",
-                        "agent": agent_id,
-                        "kernel": host,
-                        "message": f"agent {agent_id} sent no heartbeat for {cutoff:g} s",
-                    },
-                )
-            )
+    async def _fail_lost(self, session_id: str, info: dict[str, Any]) -> None:
+        await self._teardown(session_id, S.ERROR, info)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         t = asyncio.create_task(coro)
@@ -300,33 +156,6 @@ class Registry:
             return s
 
     # -- creation ------------------------------------------------------------------
-    async def _agent_states(self, db: AsyncSession) -> list[AgentState]:
-        agents = list((await db.execute(select(Agent).where(Agent.status == "ALIVE"))).scalars())
-        used: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0])
-        rows = await db.execute(
-            select(Kernel.agent_id, Session.cpu, Session.mem, Session.gpu)
-            .join(Session, Kernel.session_id == Session.id)
-            .where(Session.status.in_([s.value for s in ALLOCATED]), Kernel.agent_id.is_not(None))
-        )
-        for agent_id, cpu, mem, gpu in rows:
-            u = used[agent_id or ""]
-            u[0] += cpu
-            u[1] += mem
-            u[2] += gpu
-        return [
-            AgentState(
-                id=a.id,
-                group=a.group,
-                cpu=a.cpu,
-                mem=a.mem,
-                gpu=a.gpu,
-                cpu_used=used[a.id][0],
-                mem_used=int(used[a.id][1]),
-                gpu_used=int(used[a.id][2]),
-            )
-            for a in agents
-        ]
-
     async def create(self, owner: User, req: SessionCreate) -> Session:
         """Validates against the current state, stores the session PENDING, wakes the scheduler."""
         if req.cluster_size > self.config.max_cluster_size:
@@ -351,7 +180,7 @@ class Registry:
                 if f is None:
                     raise invalid("mounts", f"folder {m.folder!r} not found")
                 folders[m.folder] = f.id
-            agents = await self._agent_states(db)
+            agents = await self.fleet.states(db)
             request = Request(
                 session_id="-",
                 group=req.group,
@@ -365,13 +194,7 @@ class Registry:
             if reason:
                 raise invalid("resources", reason)
             group_agents = [a.id for a in agents if a.group == req.group]
-            if not any(
-                [
-                    await self.agents[a].has_image(req.image)
-                    for a in group_agents
-                    if a in self.agents
-                ]
-            ):
+            if not await self.fleet.any_has_image(group_agents, req.image):
                 raise invalid(
                     "image", f"image {req.image!r} not found on the agents of group {req.group!r}"
                 )
@@ -439,11 +262,11 @@ class Registry:
                 await asyncio.wait_for(self._wake.wait(), self._next_pass)
             self._wake.clear()
             try:
-                await self._check_agents()
+                await self.fleet.check()
                 await self._schedule_once()
                 if time.monotonic() - last_sweep > 60:
                     last_sweep = time.monotonic()
-                    await self._sweep_orphans()
+                    await self.fleet.sweep_orphans()
             except Exception:
                 log.exception("scheduling pass failed")
 
@@ -491,7 +314,7 @@ class Registry:
                     )
                     for s in live
                 ],
-                await self._agent_states(db),
+                await self.fleet.states(db),
             )
             placed = []
             for s in live:
@@ -517,45 +340,10 @@ class Registry:
                 Session.status.in_([s.value for s in ALLOCATED]), Session.subnet.is_not(None)
             )
         )
-        used = {ipaddress.ip_network(x) for x in rows.scalars() if x}
+        used = [x for x in rows.scalars() if x]
         for agent in agents:
-            used |= {ipaddress.ip_network(x) for x in await agent.used_subnets()}
-        pool = ipaddress.ip_network(self.config.subnet_pool)
-        for net in pool.subnets(new_prefix=self.config.subnet_prefix):
-            if not any(net.overlaps(u) for u in used):
-                return str(net)
-        raise AgentError(f"no free subnet left in {self.config.subnet_pool}")
-
-    async def _network_plan(
-        self, db: AsyncSession, s: Session, agent_ids: list[str]
-    ) -> tuple[Literal["bridge", "overlay"], AgentBackend, int]:
-        """Driver, the agent that creates the network, and the overlay MTU (0: default).
-
-        Kernels on one agent share a bridge; kernels on several agents join a Swarm attachable
-        overlay created through an agent whose engine is a Swarm manager.
-        """
-        rows = {a.id: a for a in (await db.execute(select(Agent))).scalars()}
-        if len(agent_ids) == 1:
-            return "bridge", self.agents[agent_ids[0]], 0
-        if s.mounts:
-            markers = {rows[a].data_marker for a in agent_ids}
-            if len(markers) > 1 or "" in markers:
-                raise AgentError(
-                    "data folders need shared storage, but agents "
-                    + ", ".join(f"{a} ({rows[a].data_marker or 'no marker'})" for a in agent_ids)
-                    + " do not report the same data root"
-                )
-        candidates = [a for a in agent_ids if rows[a].swarm_manager] + [
-            a
-            for a, r in rows.items()
-            if r.swarm_manager and r.status == "ALIVE" and a not in agent_ids
-        ]
-        creator = next((a for a in candidates if a in self.agents), None)
-        if creator is None:
-            raise AgentError("kernels span agents, but no agent's engine is a Swarm manager")
-        mtus = [rows[a].underlay_mtu for a in agent_ids if rows[a].underlay_mtu]
-        mtu = min(mtus) - 50 if mtus else 0  # VXLAN adds 50 bytes
-        return "overlay", self.agents[creator], mtu
+            used += await agent.used_subnets()
+        return free_subnet(self.config.subnet_pool, self.config.subnet_prefix, used)
 
     async def _prepare(self, session_id: str) -> None:
         step = "starting"
@@ -566,13 +354,29 @@ class Registry:
                     if s is None or s.status != S.SCHEDULED:
                         return
                     agent_ids = list(dict.fromkeys(k.agent_id or "" for k in s.kernels))
-                    missing = [a for a in agent_ids if a not in self.agents]
+                    missing = [a for a in agent_ids if self.fleet.get(a) is None]
                     if missing:
                         raise AgentError(f"agent {missing[0]} is not connected")
                     s.status = S.PREPARING.value
                     step = "creating the network"
-                    driver, creator, mtu = await self._network_plan(db, s, agent_ids)
-                    involved = [self.agents[a] for a in agent_ids]
+                    rows = (await db.execute(select(Agent))).scalars()
+                    plan = plan_network(
+                        [
+                            AgentNet(
+                                a.id,
+                                a.swarm_manager,
+                                a.status == "ALIVE",
+                                a.data_marker,
+                                a.underlay_mtu,
+                            )
+                            for a in rows
+                            if self.fleet.get(a.id)
+                        ],
+                        agent_ids,
+                        with_folders=bool(s.mounts),
+                    )
+                    driver, creator, mtu = plan.driver, self.fleet[plan.creator], plan.mtu
+                    involved = [self.fleet[a] for a in agent_ids]
                     s.subnet = await self._pick_subnet(db, [*involved, creator])
                     s.network = f"troupe-{session_id[:12]}"
                     await db.commit()
@@ -597,7 +401,7 @@ class Registry:
                 for spec in specs:
                     by_agent[placement[spec.kernel_id]].append(spec)
                 started_lists = await _gather_all(
-                    self.agents[a].create_kernels(ks) for a, ks in by_agent.items()
+                    self.fleet[a].create_kernels(ks) for a, ks in by_agent.items()
                 )
                 started = {k.kernel_id: k for lst in started_lists for k in lst}
                 async with self.db() as db:
@@ -612,7 +416,7 @@ class Registry:
                 step = "waiting until every kernel reaches every other"
                 remaining = max(1.0, self.config.create_timeout - 1)
                 await _gather_all(
-                    self.agents[a].wait_ready(
+                    self.fleet[a].wait_ready(
                         {sp.hostname: containers[sp.hostname] for sp in ks}, hosts, remaining
                     )
                     for a, ks in by_agent.items()
@@ -627,7 +431,7 @@ class Registry:
                 self._notify()
                 if batch:
                     step = "starting the batch command"
-                    await self.agents[placement[session_id]].signal_go(containers["main1"])
+                    await self.fleet[placement[session_id]].signal_go(containers["main1"])
         except asyncio.CancelledError:
             raise
         except TimeoutError:
@@ -735,7 +539,7 @@ class Registry:
         saved: dict[str, str] = {}
 
         async def destroy(agent_id: str) -> None:
-            agent = self.agents.get(agent_id)
+            agent = self.fleet.get(agent_id)
             if agent is None:
                 return
             try:
@@ -750,7 +554,7 @@ class Registry:
                 log.warning("removing networks of %s on %s: %s", session_id, agent.name, e)
 
         await asyncio.gather(*(destroy(a) for a in agent_ids))
-        await asyncio.gather(*(remove_networks(a) for a in self.agents.values()))
+        await asyncio.gather(*(remove_networks(a) for a in self.fleet.agents.values()))
         return saved
 
     async def destroy(self, session_id: str) -> Session:
@@ -801,7 +605,7 @@ class Registry:
             raise invalid("container", f"no kernel named {container!r} in this session")
 
         def stream(k: Kernel) -> AsyncIterator[str]:
-            agent = self.agents.get(k.agent_id or "")
+            agent = self.fleet.get(k.agent_id or "")
             if k.container_id and agent and not self.log_store.has(s.id, k.hostname):
                 return agent.logs(k.container_id, follow=follow)
             return _aiter(self.log_store.lines(s.id, k.hostname))
@@ -824,7 +628,7 @@ class Registry:
         k = next((k for k in s.kernels if k.hostname == hostname), None)
         if k is None or not k.container_id:
             raise invalid("kernel", f"no kernel named {hostname!r} in this session")
-        return self.agents[k.agent_id or ""], k.container_id
+        return self.fleet[k.agent_id or ""], k.container_id
 
     # -- folders ---------------------------------------------------------------------------
     async def delete_folder_data(self, folder_id: str) -> None:

@@ -31,12 +31,12 @@ router = APIRouter(tags=["agents"], dependencies=[Depends(agent_auth)])
 @router.post("/agents/register", status_code=204)
 async def register(reg: AgentRegistration, registry: RegistryDep) -> None:
     cap = AgentCapacity.model_validate(reg.model_dump(exclude={"address"}))
-    await registry.register_remote(cap, reg.address)
+    await registry.fleet.register_remote(cap, reg.address)
 
 
 @router.post("/agents/{name}/heartbeat", status_code=204)
 async def heartbeat(name: str, registry: RegistryDep) -> None:
-    if not await registry.heartbeat(name):
+    if not await registry.fleet.heartbeat(name):
         raise not_found("agent", name)
 
 

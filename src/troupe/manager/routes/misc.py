@@ -22,7 +22,7 @@ async def health() -> dict[str, str]:
 
 @router.get("/agents", response_model=list[AgentInfo], tags=["agents"])
 async def list_agents(db: DB, _: CurrentUser, registry: RegistryDep) -> list[AgentInfo]:
-    states = {a.id: a for a in await registry._agent_states(db)}
+    states = {a.id: a for a in await registry.fleet.states(db)}
     out = []
     now = datetime.now(UTC)
     for a in (await db.execute(select(Agent).order_by(Agent.name))).scalars():
@@ -60,7 +60,7 @@ async def list_agents(db: DB, _: CurrentUser, registry: RegistryDep) -> list[Age
 @router.get("/images", response_model=list[ImageInfo], tags=["images"])
 async def list_images(_: CurrentUser, registry: RegistryDep) -> list[ImageInfo]:
     seen: dict[str, ImageInfo] = {}
-    for agent in registry.agents.values():
+    for agent in registry.fleet.agents.values():
         for img in await agent.images():
             seen.setdefault(img.name, img)
     return list(seen.values())

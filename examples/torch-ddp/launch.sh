@@ -1,10 +1,36 @@
 #!/bin/sh
-# Runs in main1 as user work (troupe/pytorch): copies train.py to every kernel over the
-# session's SSH and starts torchrun on each with static rendezvous on $MASTER_ADDR:$MASTER_PORT
-# (node rank = BACKENDAI_CLUSTER_LOCAL_RANK). Every value comes from the variables troupe injects;
-# the remote ones are expanded on the remote kernel. Then checks that all ranks hold the same
-# weights.
+# Runs in main1 as user work (troupe/pytorch), in one of three launch modes (first argument):
+#   static         torchrun on every kernel, static rendezvous on $MASTER_ADDR:$MASTER_PORT,
+#                  node rank = BACKENDAI_CLUSTER_LOCAL_RANK
+#   c10d           torchrun on every kernel with the c10d rendezvous: the torchrun on main1
+#                  ($MASTER_ADDR) hosts the store on port 29400 (MASTER_PORT and the TF_CONFIG
+#                  ports start at 29500), the run is named by the session id and torchrun
+#                  assigns the ranks (in order of arrival)
+#   per-container  no torchrun: one python per kernel taking WORLD_SIZE, RANK, MASTER_ADDR and
+#                  MASTER_PORT from the environment (sessions created with --dist-env per-container)
+# Copies train.py to every kernel over the session's SSH, starts one process per kernel over SSH
+# (every value comes from the variables troupe injects, expanded on the remote kernel), then
+# checks that all ranks hold the same weights.
+#   troupe session exec NAME -- sh -c "$(cat examples/torch-ddp/launch.sh)" launch static
 set -eu
+mode=${1:-static}
+case $mode in
+  static)
+    run='OMP_NUM_THREADS=1 exec torchrun --nnodes="$BACKENDAI_CLUSTER_SIZE" --nproc-per-node=1 \
+      --node-rank="$BACKENDAI_CLUSTER_LOCAL_RANK" --master-addr="$MASTER_ADDR" \
+      --master-port="$MASTER_PORT" /tmp/ddp-train.py' ;;
+  c10d)
+    run='OMP_NUM_THREADS=1 exec torchrun --nnodes="$BACKENDAI_CLUSTER_SIZE" --nproc-per-node=1 \
+      --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:29400" \
+      --rdzv-id="$BACKENDAI_SESSION_ID" /tmp/ddp-train.py' ;;
+  per-container)
+    if [ -z "${WORLD_SIZE:-}" ] || [ -z "${RANK:-}" ]; then
+      echo "WORLD_SIZE/RANK are not set: create the session with --dist-env per-container" >&2
+      exit 2
+    fi
+    run='OMP_NUM_THREADS=1 exec python /tmp/ddp-train.py' ;;
+  *) echo "usage: launch.sh static|c10d|per-container" >&2; exit 2 ;;
+esac
 prog=/tmp/ddp-train.py
 cat > "$prog" <<'PY'
 """DDP (gloo, CPU): trains a tiny regression model for a few steps on synthetic data.
@@ -105,11 +131,9 @@ PY
 hosts=$(echo "$BACKENDAI_CLUSTER_HOSTS" | tr , ' ')
 pids=""
 for h in $hosts; do
+  # never onto itself: the remote "cat >" would truncate the file being sent
   [ "$h" = "$BACKENDAI_CLUSTER_HOST" ] || ssh "$h" "cat > $prog" < "$prog"
-  ssh "$h" 'OMP_NUM_THREADS=1 exec torchrun --nnodes="$BACKENDAI_CLUSTER_SIZE" \
-      --nproc-per-node=1 --node-rank="$BACKENDAI_CLUSTER_LOCAL_RANK" \
-      --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" /tmp/ddp-train.py' \
-      > "/tmp/ddp-$h.out" &
+  ssh "$h" "$run" > "/tmp/ddp-$h.out" &
   pids="$pids $!"
 done
 status=0
@@ -119,8 +143,8 @@ cat_outs
 ranks=$(cat_outs | grep -c 'weights_sha256=' || true)
 sums=$(cat_outs | sed -n 's/.*weights_sha256=//p' | sort -u)
 if [ "$status" -eq 0 ] && [ "$ranks" -eq "$BACKENDAI_CLUSTER_SIZE" ] && [ "$(echo "$sums" | wc -l)" -eq 1 ]; then
-  echo "torch-ddp (static): all $ranks ranks agree: weights_sha256=$sums"
+  echo "torch-ddp ($mode): all $ranks ranks agree: weights_sha256=$sums"
 else
-  echo "torch-ddp (static): ranks disagree or failed (exit status $status, $ranks results):" $sums >&2
+  echo "torch-ddp ($mode): ranks disagree or failed (exit status $status, $ranks results):" $sums >&2
   exit 1
 fi
