@@ -167,22 +167,37 @@ def session_ids(server: Server) -> set[str]:
 
 
 def remove_stale_test_sessions() -> None:
-    """Removes what earlier, interrupted test runs left: troupe networks in the test pool and
-    every container on them (a developer's own server uses another pool)."""
+    """Removes what earlier, interrupted test runs left: sessions on troupe networks of the test
+    pool that have no running container and are older than two minutes (another test run at
+    the same time keeps its own; a developer's server uses another pool)."""
     import ipaddress
+    from datetime import UTC, datetime, timedelta
 
     pool = ipaddress.ip_network(TEST_SUBNET_POOL)
+    old = datetime.now(UTC) - timedelta(minutes=2)
     for net in docker("network", "ls", "-q", "--filter", "label=troupe.session").stdout.split():
         r = docker(
             "network",
             "inspect",
             "-f",
-            '{{range .IPAM.Config}}{{.Subnet}} {{end}}|{{index .Labels "troupe.session"}}',
+            '{{range .IPAM.Config}}{{.Subnet}} {{end}}|{{index .Labels "troupe.session"}}'
+            "|{{.Created}}",
             net,
             check=False,
         )
-        subnets, _, sid = r.stdout.strip().partition("|")
-        if any(ipaddress.ip_network(x).subnet_of(pool) for x in subnets.split() if "." in x):
+        subnets, sid, created = [*r.stdout.strip().split("|"), "", ""][:3]
+        ours = any(
+            ipaddress.ip_network(x).subnet_of(pool)  # type: ignore[arg-type]
+            for x in subnets.split()
+            if "." in x
+        )
+        try:
+            # Docker prints e.g. "2026-11-26 03:16:05.424598131 +0000 UTC"
+            stale = datetime.fromisoformat(created[:19]).replace(tzinfo=UTC) < old
+        except ValueError:
+            stale = False
+        running = docker("ps", "-q", "--filter", f"label=troupe.session={sid}").stdout.strip()
+        if ours and stale and not running:
             remove_leftovers({sid})
 
 

@@ -83,9 +83,9 @@ def create_agent_app(backend: DockerAgent, token: str) -> FastAPI:
     async def go(req: ContainerRequest) -> None:
         await backend.signal_go(req.container_id)
 
-    @app.delete(f"{PREFIX}/sessions/{{session_id}}")
-    async def destroy(session_id: str) -> dict[str, str]:
-        return await backend.destroy_session(session_id)
+    @app.delete(f"{PREFIX}/sessions/{{session_id}}/kernels")
+    async def remove_kernels(session_id: str) -> dict[str, str]:
+        return await backend.remove_kernels(session_id)
 
     @app.get(f"{PREFIX}/kernels")
     async def kernels() -> list[dict[str, Any]]:

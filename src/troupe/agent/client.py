@@ -107,8 +107,8 @@ class RemoteAgent:
     async def signal_go(self, container_id: str) -> None:
         await self._call("POST", "/go", json={"container_id": container_id})
 
-    async def destroy_session(self, session_id: str) -> dict[str, str]:
-        return dict(await self._call("DELETE", f"/sessions/{session_id}", timeout=120))
+    async def remove_kernels(self, session_id: str) -> dict[str, str]:
+        return dict(await self._call("DELETE", f"/sessions/{session_id}/kernels", timeout=120))
 
     async def list_kernels(self) -> list[dict[str, Any]]:
         return list(await self._call("GET", "/kernels"))

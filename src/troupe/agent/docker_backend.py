@@ -295,8 +295,12 @@ class DockerAgent:
         if code != 0:
             raise AgentError(f"could not start the batch command: {out.strip()}", kernel="main1")
 
-    async def destroy_session(self, session_id: str) -> dict[str, str]:
-        """Removes every container and network of a session; returns each kernel's saved log."""
+    async def remove_kernels(self, session_id: str) -> dict[str, str]:
+        """Removes every container of a session here; returns each kernel's log.
+
+        Networks are removed separately (:meth:`remove_session_networks`), after the kernels
+        on every agent are gone: an overlay cannot be removed while any host still uses it.
+        """
         containers = await self._session_containers(session_id)
 
         async def remove(c: dict[str, Any]) -> tuple[str, str]:
@@ -311,9 +315,7 @@ class DockerAgent:
                 await self.docker.containers.container(c["Id"]).delete(force=True, v=True)
             return host, text
 
-        saved = dict(await asyncio.gather(*(remove(c) for c in containers)))
-        await self.remove_session_networks(session_id)
-        return saved
+        return dict(await asyncio.gather(*(remove(c) for c in containers)))
 
     async def _session_containers(self, session_id: str) -> list[dict[str, Any]]:
         raw = await self.docker._query_json(  # list() wraps away the labels we need

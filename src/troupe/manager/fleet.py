@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -148,27 +148,57 @@ class Fleet:
             row.data_marker, row.underlay_mtu = cap.data_marker, cap.underlay_mtu
             await db.commit()
 
+    async def remove_session(self, session_id: str, agent_ids: Iterable[str]) -> dict[str, str]:
+        """Removes a session's kernels on ``agent_ids``, then its networks on every agent.
+
+        Networks go last: an overlay created through one agent can only be removed once the
+        kernels on the other agents have left it. Unreachable agents are skipped; the orphan
+        sweep removes what they still hold once they are back. Returns the kernels' logs.
+        """
+        saved: dict[str, str] = {}
+
+        async def kernels(agent: AgentBackend) -> None:
+            try:
+                saved.update(await agent.remove_kernels(session_id))
+            except Exception as e:
+                log.warning("removing kernels of %s on %s: %s", session_id, agent.name, e)
+
+        async def networks(agent: AgentBackend) -> None:
+            try:
+                await agent.remove_session_networks(session_id)
+            except Exception as e:
+                log.warning("removing networks of %s on %s: %s", session_id, agent.name, e)
+
+        holders = [a for a in (self.agents.get(i) for i in agent_ids) if a is not None]
+        await asyncio.gather(*(kernels(a) for a in holders))
+        await asyncio.gather(*(networks(a) for a in list(self.agents.values())))
+        return saved
+
     async def sweep_orphans(self) -> None:
         """Removes containers and networks of sessions this manager knows to be over."""
-        for agent in list(self.agents.values()):
+        held: dict[str, set[str]] = defaultdict(set)  # session id -> agents holding something
+        for agent_id, agent in list(self.agents.items()):
             try:
                 ids = {k["session_id"] for k in await agent.list_kernels()}
                 ids |= await agent.list_session_ids_with_networks()
             except AgentError as e:
-                log.info("orphan sweep skips %s: %s", agent.name, e)
+                log.info("orphan sweep skips %s: %s", agent_id, e)
                 continue
-            if not ids:
-                continue
-            async with self.db() as db:
-                rows = await db.execute(
-                    select(Session.id).where(
-                        Session.id.in_(ids), Session.status.in_([s.value for s in FINAL_STATUSES])
-                    )
+            for sid in ids:
+                held[sid].add(agent_id)
+        if not held:
+            return
+        async with self.db() as db:
+            rows = await db.execute(
+                select(Session.id).where(
+                    Session.id.in_(list(held)),
+                    Session.status.in_([s.value for s in FINAL_STATUSES]),
                 )
-                over = set(rows.scalars())
-            for sid in over:
-                log.info("removing leftovers of finished session %s", sid)
-                await agent.destroy_session(sid)
+            )
+            over = list(rows.scalars())
+        for sid in over:
+            log.info("removing leftovers of finished session %s", sid)
+            await self.remove_session(sid, held[sid])
 
     # -- agents on other hosts ---------------------------------------------------------
     async def register_remote(self, cap: AgentCapacity, address: str) -> None:

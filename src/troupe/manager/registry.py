@@ -513,7 +513,7 @@ class Registry:
                     await task
             saved: dict[str, str] = {}
             if was != S.PENDING:
-                saved = await self._remove_everywhere(session_id, agent_ids)
+                saved = await self.fleet.remove_session(session_id, agent_ids)
             if saved:
                 await asyncio.to_thread(self.log_store.save, session_id, saved)
             async with self.db() as db:
@@ -528,34 +528,6 @@ class Registry:
         self._locks.pop(session_id, None)
         self._notify()
         self._wake.set()
-
-    async def _remove_everywhere(self, session_id: str, agent_ids: set[str]) -> dict[str, str]:
-        """Removes the session's kernels on its agents, then its networks on every agent.
-
-        Networks go last: an overlay created through one agent can only be removed once the
-        kernels on the other agents have left it. Unreachable agents are skipped; the orphan
-        sweep removes what they still hold once they are back.
-        """
-        saved: dict[str, str] = {}
-
-        async def destroy(agent_id: str) -> None:
-            agent = self.fleet.get(agent_id)
-            if agent is None:
-                return
-            try:
-                saved.update(await agent.destroy_session(session_id))
-            except Exception as e:
-                log.warning("removing session %s on %s: %s", session_id, agent_id, e)
-
-        async def remove_networks(agent: AgentBackend) -> None:
-            try:
-                await agent.remove_session_networks(session_id)
-            except Exception as e:
-                log.warning("removing networks of %s on %s: %s", session_id, agent.name, e)
-
-        await asyncio.gather(*(destroy(a) for a in agent_ids))
-        await asyncio.gather(*(remove_networks(a) for a in self.fleet.agents.values()))
-        return saved
 
     async def destroy(self, session_id: str) -> Session:
         await self._teardown(session_id, S.TERMINATED, {"reason": "destroyed by user"})
