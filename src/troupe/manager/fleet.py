@@ -11,7 +11,6 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Coroutine, Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -23,7 +22,7 @@ from troupe.api.agent import AgentCapacity
 from troupe.api.models import FINAL_STATUSES, SessionStatus
 from troupe.manager.config import ServerConfig
 from troupe.manager.scheduler import AgentState
-from troupe.manager.store.models import Agent, Kernel, Session
+from troupe.manager.store.models import Agent, Kernel, Session, utcnow
 
 log = logging.getLogger(__name__)
 S = SessionStatus
@@ -31,10 +30,6 @@ S = SessionStatus
 ALLOCATED = (S.SCHEDULED, S.PREPARING, S.RUNNING, S.TERMINATING)
 #: fail(session id, status info): ends a session whose agent was lost.
 FailSession = Callable[[str, dict[str, Any]], Coroutine[Any, Any, None]]
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class Fleet:
@@ -64,7 +59,7 @@ class Fleet:
         """Starts the in-process agents and reconnects to remote ones known from before."""
         for agent_id, agent in self.agents.items():
             await agent.start(on_exit=on_exit)
-            await self._register_agent(agent_id, agent)
+            await self._record(agent_id, await agent.capacity(), None)
         async with self.db() as db:
             for row in (await db.execute(select(Agent))).scalars():
                 if row.address and row.id not in self.agents:
@@ -136,16 +131,26 @@ class Fleet:
             for a in agents
         ]
 
-    async def _register_agent(self, agent_id: str, agent: AgentBackend) -> None:
-        cap = await agent.capacity()
+    async def _record(self, agent_id: str, cap: AgentCapacity, address: str | None) -> None:
+        """Stores what an agent reported; ``address`` None marks an in-process agent."""
         async with self.db() as db:
             row = await db.get(Agent, agent_id)
             if row is None:
                 row = Agent(id=agent_id, name=cap.name)
                 db.add(row)
-            row.group, row.cpu, row.mem, row.gpu = cap.group, cap.cpu, cap.mem, cap.gpu
-            row.swarm_manager, row.status, row.last_heartbeat = cap.swarm_manager, "ALIVE", _now()
-            row.data_marker, row.underlay_mtu = cap.data_marker, cap.underlay_mtu
+            row.address, row.group, row.cpu, row.mem, row.gpu = (
+                address,
+                cap.group,
+                cap.cpu,
+                cap.mem,
+                cap.gpu,
+            )
+            row.swarm_manager, row.data_marker, row.underlay_mtu = (
+                cap.swarm_manager,
+                cap.data_marker,
+                cap.underlay_mtu,
+            )
+            row.status, row.last_heartbeat = "ALIVE", utcnow()
             await db.commit()
 
     async def remove_session(self, session_id: str, agent_ids: Iterable[str]) -> dict[str, str]:
@@ -210,25 +215,7 @@ class Fleet:
             self.agents[cap.name] = RemoteAgent(
                 cap.name, address, self.config.resolve_agent_token()
             )
-        async with self.db() as db:
-            row = await db.get(Agent, cap.name)
-            if row is None:
-                row = Agent(id=cap.name, name=cap.name)
-                db.add(row)
-            row.address, row.group, row.cpu, row.mem, row.gpu = (
-                address,
-                cap.group,
-                cap.cpu,
-                cap.mem,
-                cap.gpu,
-            )
-            row.swarm_manager, row.data_marker, row.underlay_mtu = (
-                cap.swarm_manager,
-                cap.data_marker,
-                cap.underlay_mtu,
-            )
-            row.status, row.last_heartbeat = "ALIVE", _now()
-            await db.commit()
+        await self._record(cap.name, cap, address)
         self._spawn(self.sweep_orphans())
         self._wake()
 
@@ -241,7 +228,7 @@ class Fleet:
             if row is None:
                 return False
             back = row.status != "ALIVE"
-            row.status, row.last_heartbeat = "ALIVE", _now()
+            row.status, row.last_heartbeat = "ALIVE", utcnow()
             await db.commit()
         if back:
             log.warning("agent %s is back", name)
@@ -252,7 +239,7 @@ class Fleet:
     async def check(self) -> None:
         """Marks silent agents LOST and fails the sessions with kernels on them."""
         cutoff = self.config.agent_timeout
-        now = _now()
+        now = utcnow()
         lost: list[str] = []
         async with self.db() as db:
             for row in (await db.execute(select(Agent))).scalars():

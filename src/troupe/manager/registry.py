@@ -15,7 +15,6 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import select
@@ -36,16 +35,12 @@ from troupe.manager.kernels import SessionPlan, kernel_specs
 from troupe.manager.logs import LogStore, merged, strip
 from troupe.manager.networks import AgentNet, free_subnet, plan_network
 from troupe.manager.scheduler import Request, never_fits, schedule
-from troupe.manager.store.models import Agent, Folder, Kernel, Session, User
+from troupe.manager.store.models import Agent, Folder, Kernel, Session, User, utcnow
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 S = SessionStatus
 ACTIVE = (S.PENDING, *ALLOCATED)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class Registry:
@@ -225,7 +220,7 @@ class Registry:
                 isolated_network=req.isolated_network,
                 ssh_private_key=key.private_openssh,
                 ssh_public_key=key.public_openssh,
-                created_at=_now(),
+                created_at=utcnow(),
             )
             build = build_cluster(
                 session_id,
@@ -280,7 +275,7 @@ class Registry:
             )
             if not pending:
                 return
-            now = _now()
+            now = utcnow()
             live = []
             for s in pending:
                 waited = (now - s.created_at).total_seconds()
@@ -426,7 +421,7 @@ class Registry:
                     assert s is not None
                     if s.status != S.PREPARING:
                         return
-                    s.status, s.started_at = S.RUNNING.value, _now()
+                    s.status, s.started_at = S.RUNNING.value, utcnow()
                     await db.commit()
                 self._notify()
                 if batch:
@@ -521,7 +516,7 @@ class Registry:
                 assert s is not None
                 if final == S.TERMINATED and was == S.PENDING:
                     final = S.CANCELLED
-                s.status, s.terminated_at = final.value, _now()
+                s.status, s.terminated_at = final.value, utcnow()
                 for k in s.kernels:
                     k.status = "TERMINATED"
                 await db.commit()
