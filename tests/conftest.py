@@ -223,4 +223,14 @@ def server(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Ite
             for info in c.list_sessions():
                 c.destroy_session(info.id)
         stop_server(s)
-        remove_leftovers(session_ids(s))
+        ids = session_ids(s)
+        leaked = [
+            sid
+            for sid in ids
+            if docker("ps", "-aq", "--filter", f"label=troupe.session={sid}").stdout.strip()
+            or docker(
+                "network", "ls", "-q", "--filter", f"label=troupe.session={sid}"
+            ).stdout.strip()
+        ]
+        remove_leftovers(ids)
+        assert not leaked, f"containers or networks of sessions {leaked} were left behind"

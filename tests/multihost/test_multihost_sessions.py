@@ -315,3 +315,33 @@ def test_lost_agent_fails_its_session_and_leaves_no_orphans(cluster: Cluster) ->
         time.sleep(0.2)
     tt2 = next(a for a in c.list_agents() if a.name == "tt2")
     assert (tt2.cpu_free, tt2.kernels) == (tt2.cpu, 0)
+
+
+def test_agent_whose_engine_stops_answering_is_lost(cluster: Cluster) -> None:
+    """A frozen dockerd: the agent withholds its heartbeats, the manager declares it LOST."""
+    c = cluster.server.client()
+    start(
+        c,
+        SessionCreate(
+            name="frozen",
+            image=BASE_IMAGE,
+            cluster_size=3,
+            cluster_mode="multi-node",
+            resources=ONE_PER_HOST,
+        ),
+    )
+    info = c.get_session("frozen")
+    on_tt3 = next(k.hostname for k in info.kernels if k.agent == "tt3")
+    pid = int(Path("/run/troupe-tb/tt3/docker.pid").read_text())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        final = c.wait_session("frozen", until="final", timeout=60)
+        assert final.status == "ERROR"
+        assert (final.status_info["reason"], final.status_info["kernel"]) == ("agent lost", on_tt3)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    cluster.wait_agents({"tt3": "ALIVE"})
+    deadline = time.monotonic() + 60
+    while node_docker(3, "ps", "-aq", "--filter", f"label=troupe.session={info.id}").stdout:
+        assert time.monotonic() < deadline, "orphaned kernel on tt3"
+        time.sleep(0.2)

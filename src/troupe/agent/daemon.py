@@ -83,6 +83,11 @@ class AgentDaemon:
     async def _heartbeats(self) -> None:
         while True:
             await asyncio.sleep(self.config.heartbeat)
+            if not await self.backend.ping():
+                # Without its engine this agent can neither run nor stop kernels: going silent
+                # lets the manager declare it LOST and fail its sessions.
+                log.warning("Docker engine not answering; heartbeat withheld")
+                continue
             try:
                 r = await self._http.post(f"/agents/{self.config.name}/heartbeat")
                 if r.status_code == 404:  # the manager forgot us (restart): register again

@@ -110,6 +110,15 @@ class DockerAgent:
         if self._docker:
             await self._docker.close()
 
+    async def ping(self, timeout: float = 3.0) -> bool:
+        """Whether the engine answers (an agent whose engine is gone stops heartbeating)."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self.docker.version()
+        except Exception:
+            return False
+        return True
+
     @property
     def docker(self) -> aiodocker.Docker:
         if self._docker is None:

@@ -48,6 +48,8 @@ class Fleet:
         self._fail_session = fail_session
         self._wake = wake
         self._background: set[asyncio.Task[None]] = set()
+        #: LOST agents: skipped when removing sessions (the sweep cleans up once they are back)
+        self.lost: set[str] = set()
 
     def __getitem__(self, agent_id: str) -> AgentBackend:
         return self.agents[agent_id]
@@ -65,6 +67,8 @@ class Fleet:
                 if row.address and row.id not in self.agents:
                     token = self.config.resolve_agent_token()
                     self.agents[row.id] = RemoteAgent(row.id, row.address, token)
+                    if row.status == "LOST":
+                        self.lost.add(row.id)
 
     async def stop(self) -> None:
         for t in list(self._background):
@@ -174,15 +178,18 @@ class Fleet:
             except Exception as e:
                 log.warning("removing networks of %s on %s: %s", session_id, agent.name, e)
 
-        holders = [a for a in (self.agents.get(i) for i in agent_ids) if a is not None]
+        reachable = {i: a for i, a in self.agents.items() if i not in self.lost}
+        holders = [reachable[i] for i in agent_ids if i in reachable]
         await asyncio.gather(*(kernels(a) for a in holders))
-        await asyncio.gather(*(networks(a) for a in list(self.agents.values())))
+        await asyncio.gather(*(networks(a) for a in reachable.values()))
         return saved
 
     async def sweep_orphans(self) -> None:
         """Removes containers and networks of sessions this manager knows to be over."""
         held: dict[str, set[str]] = defaultdict(set)  # session id -> agents holding something
         for agent_id, agent in list(self.agents.items()):
+            if agent_id in self.lost:
+                continue
             try:
                 ids = {k["session_id"] for k in await agent.list_kernels()}
                 ids |= await agent.list_session_ids_with_networks()
@@ -216,6 +223,7 @@ class Fleet:
                 cap.name, address, self.config.resolve_agent_token()
             )
         await self._record(cap.name, cap, address)
+        self.lost.discard(cap.name)
         self._spawn(self.sweep_orphans())
         self._wake()
 
@@ -228,6 +236,7 @@ class Fleet:
             if row is None:
                 return False
             back = row.status != "ALIVE"
+            self.lost.discard(name)
             row.status, row.last_heartbeat = "ALIVE", utcnow()
             await db.commit()
         if back:
@@ -252,6 +261,7 @@ class Fleet:
                 ):
                     row.status = "LOST"
                     lost.append(row.id)
+                    self.lost.add(row.id)
             await db.commit()
             if not lost:
                 return
