@@ -155,6 +155,26 @@ def test_torch_ddp_static_and_c10d(
         code, out = launch(c, name, "torch-ddp/launch.sh", "c10d")
         timings.add(record_property, "torch-ddp c10d (launch -> result, same session)", t1)
         check_ddp("c10d", code, out, float(m.group(1)))
+        # torchrun started in each kernel by `troupe session run` (through the agents, not
+        # SSH), static rendezvous from the injected variables; train.py is there from above
+        t2 = time.monotonic()
+        r = server.cli(
+            "session",
+            "run",
+            name,
+            "--",
+            "sh",
+            "-c",
+            "OMP_NUM_THREADS=1 torchrun --nnodes=$BACKENDAI_CLUSTER_SIZE"
+            " --nproc-per-node=1 --node-rank=$BACKENDAI_CLUSTER_LOCAL_RANK"
+            " --master-addr=$MASTER_ADDR --master-port=$MASTER_PORT"
+            " /tmp/ddp-train.py",
+        )
+        timings.add(record_property, "torch-ddp via session run (launch -> result)", t2)
+        assert r.returncode == 0, r.stdout + r.stderr
+        shas = re.findall(r"^\[(main1|sub1|sub2)\] .*weights_sha256=(\S+)", r.stdout, re.M)
+        assert sorted(h for h, _ in shas) == HOSTS, r.stdout
+        assert {sha for _, sha in shas} == {DDP_RESULTS["static"]}, r.stdout
     finally:
         c.destroy_session(name)
 

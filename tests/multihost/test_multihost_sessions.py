@@ -23,7 +23,7 @@ from tests.conftest import (
     stop_server,
 )
 
-from troupe.api.models import Mount, Resources, SessionCreate
+from troupe.api.models import Mount, Resources, SessionCreate, SessionInfo
 from troupe.client.sdk import Client, TroupeError
 
 pytestmark = pytest.mark.docker
@@ -284,20 +284,32 @@ def test_pending_until_resources_free_and_never_fitting_rejected(cluster: Cluste
     c.destroy_session("waiter")
 
 
-def test_lost_agent_fails_its_session_and_leaves_no_orphans(cluster: Cluster) -> None:
-    c = cluster.server.client()
+def start_spanning(c: Client, name: str, node: int) -> tuple[SessionInfo, str]:
+    """A 3-kernel session with one kernel per host; returns it and the kernel on ``node``."""
     start(
         c,
         SessionCreate(
-            name="fragile",
+            name=name,
             image=BASE_IMAGE,
             cluster_size=3,
             cluster_mode="multi-node",
             resources=ONE_PER_HOST,
         ),
     )
-    info = c.get_session("fragile")
-    on_tt2 = next(k.hostname for k in info.kernels if k.agent == "tt2")
+    info = c.get_session(name)
+    return info, next(k.hostname for k in info.kernels if k.agent == f"tt{node}")
+
+
+def wait_no_kernels(node: int, session_id: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while node_docker(node, "ps", "-aq", "--filter", f"label=troupe.session={session_id}").stdout:
+        assert time.monotonic() < deadline, f"orphaned kernel on tt{node}"
+        time.sleep(0.2)
+
+
+def test_lost_agent_fails_its_session_and_leaves_no_orphans(cluster: Cluster) -> None:
+    c = cluster.server.client()
+    info, on_tt2 = start_spanning(c, "fragile", 2)
     cluster.kill_agent(2)
     final = c.wait_session("fragile", until="final", timeout=60)
     assert final.status == "ERROR"
@@ -309,10 +321,7 @@ def test_lost_agent_fails_its_session_and_leaves_no_orphans(cluster: Cluster) ->
         )
     cluster.start_agent(2)
     cluster.wait_agents({"tt2": "ALIVE"})
-    deadline = time.monotonic() + 30
-    while node_docker(2, "ps", "-aq", "--filter", f"label=troupe.session={info.id}").stdout:
-        assert time.monotonic() < deadline, "orphaned kernel on tt2"
-        time.sleep(0.2)
+    wait_no_kernels(2, info.id, timeout=30)
     tt2 = next(a for a in c.list_agents() if a.name == "tt2")
     assert (tt2.cpu_free, tt2.kernels) == (tt2.cpu, 0)
 
@@ -320,18 +329,7 @@ def test_lost_agent_fails_its_session_and_leaves_no_orphans(cluster: Cluster) ->
 def test_agent_whose_engine_stops_answering_is_lost(cluster: Cluster) -> None:
     """A frozen dockerd: the agent withholds its heartbeats, the manager declares it LOST."""
     c = cluster.server.client()
-    start(
-        c,
-        SessionCreate(
-            name="frozen",
-            image=BASE_IMAGE,
-            cluster_size=3,
-            cluster_mode="multi-node",
-            resources=ONE_PER_HOST,
-        ),
-    )
-    info = c.get_session("frozen")
-    on_tt3 = next(k.hostname for k in info.kernels if k.agent == "tt3")
+    info, on_tt3 = start_spanning(c, "frozen", 3)
     pid = int(Path("/run/troupe-tb/tt3/docker.pid").read_text())
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -341,7 +339,4 @@ def test_agent_whose_engine_stops_answering_is_lost(cluster: Cluster) -> None:
     finally:
         os.kill(pid, signal.SIGCONT)
     cluster.wait_agents({"tt3": "ALIVE"})
-    deadline = time.monotonic() + 60
-    while node_docker(3, "ps", "-aq", "--filter", f"label=troupe.session={info.id}").stdout:
-        assert time.monotonic() < deadline, "orphaned kernel on tt3"
-        time.sleep(0.2)
+    wait_no_kernels(3, info.id, timeout=60)
