@@ -64,6 +64,17 @@ class Server:
 
         return Client(self.url, key or self.key)
 
+    def wait_agents(self, statuses: dict[str, str], timeout: float = 60) -> None:
+        """Waits until each named agent has its status (ALIVE, LOST)."""
+        c = self.client()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            seen = {a.name: a.status for a in c.list_agents()}
+            if all(seen.get(k) == v for k, v in statuses.items()):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"agents {c.list_agents()} not {statuses}")
+
     def cli(
         self,
         *args: str,

@@ -63,16 +63,6 @@ def start_agent(server: Server, name: str, port: int, log: Path) -> subprocess.P
         )
 
 
-def wait_agent(server: Server, name: str, status: str = "ALIVE", timeout: float = 30) -> None:
-    c = server.client()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(a.name == name and a.status == status for a in c.list_agents()):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"agent {name} not {status}: {c.list_agents()}")
-
-
 @pytest.fixture
 def manager(tmp_path: Path, docker_engine: None) -> Iterator[Server]:
     srv = start_server(tmp_path, "--no-local-agent", "--agent-token", TOKEN, "--agent-timeout", "3")
@@ -89,7 +79,7 @@ def test_remote_agent_runs_sessions_and_is_lost_when_silent(
     port = free_port()
     agent = start_agent(manager, "far", port, tmp_path / "agent.log")
     try:
-        wait_agent(manager, "far")
+        manager.wait_agents({"far": "ALIVE"}, timeout=30)
         c = manager.client()
         with pytest.raises(Exception, match="larger than every agent"):
             c.create_session(
@@ -125,11 +115,11 @@ def test_remote_agent_runs_sessions_and_is_lost_when_silent(
         assert final.status == "ERROR"
         assert final.status_info["reason"] == "agent lost"
         assert final.status_info["kernel"] == "main1"
-        wait_agent(manager, "far", status="LOST")
+        manager.wait_agents({"far": "LOST"}, timeout=30)
 
         # it comes back: the orphaned kernels are removed, resources are not double counted
         agent = start_agent(manager, "far", port, tmp_path / "agent.log")
-        wait_agent(manager, "far")
+        manager.wait_agents({"far": "ALIVE"}, timeout=30)
         deadline = time.monotonic() + 30
         while docker("ps", "-aq", "--filter", f"label=troupe.session={info.id}").stdout.strip():
             assert time.monotonic() < deadline, "orphans of the lost session remain"

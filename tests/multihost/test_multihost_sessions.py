@@ -99,16 +99,6 @@ class Cluster:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
 
-    def wait_agents(self, status: dict[str, str], timeout: float = 60) -> None:
-        c = self.server.client()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            seen = {a.name: a.status for a in c.list_agents()}
-            if all(seen.get(k) == v for k, v in status.items()):
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"agents {c.list_agents()} not {status}")
-
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[Cluster]:
@@ -122,7 +112,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> It
     try:
         for i in range(1, N + 1):
             cl.start_agent(i)
-        cl.wait_agents({f"tt{i}": "ALIVE" for i in range(1, N + 1)})
+        cl.server.wait_agents({f"tt{i}": "ALIVE" for i in range(1, N + 1)})
         yield cl
     finally:
         try:
@@ -320,7 +310,7 @@ def test_lost_agent_fails_its_session_and_leaves_no_orphans(cluster: Cluster) ->
             node_docker(i, "ps", "-aq", "--filter", f"label=troupe.session={info.id}").stdout == ""
         )
     cluster.start_agent(2)
-    cluster.wait_agents({"tt2": "ALIVE"})
+    cluster.server.wait_agents({"tt2": "ALIVE"})
     wait_no_kernels(2, info.id, timeout=30)
     tt2 = next(a for a in c.list_agents() if a.name == "tt2")
     assert (tt2.cpu_free, tt2.kernels) == (tt2.cpu, 0)
@@ -338,5 +328,5 @@ def test_agent_whose_engine_stops_answering_is_lost(cluster: Cluster) -> None:
         assert (final.status_info["reason"], final.status_info["kernel"]) == ("agent lost", on_tt3)
     finally:
         os.kill(pid, signal.SIGCONT)
-    cluster.wait_agents({"tt3": "ALIVE"})
+    cluster.server.wait_agents({"tt3": "ALIVE"})
     wait_no_kernels(3, info.id, timeout=60)

@@ -6,15 +6,30 @@ another host behind HTTP is invisible to it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from troupe.api.agent import AgentCapacity, KernelExit, KernelSpec, KernelStarted, NetworkSpec
 from troupe.api.models import ImageInfo
 
 ExitHandler = Callable[[KernelExit], Awaitable[None]]
+T = TypeVar("T")
+
+
+async def gather_all(aws: Iterable[Awaitable[T]]) -> list[T]:
+    """Runs all at once and waits for all; then raises the first failure, if any.
+
+    Unlike a plain gather, no step is left running behind a failure, so rollback never races
+    a create still in flight.
+    """
+    results = await asyncio.gather(*aws, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return [r for r in results if not isinstance(r, BaseException)]
 
 
 class AgentError(Exception):

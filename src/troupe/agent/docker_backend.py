@@ -21,7 +21,7 @@ from typing import Any
 import aiodocker
 from aiodocker.exceptions import DockerError
 
-from troupe.agent.base import AgentError, ExecExit, ExecOutput, ExitHandler
+from troupe.agent.base import AgentError, ExecExit, ExecOutput, ExitHandler, gather_all
 from troupe.agent.kernel import RUNNER_MOUNT, container_config, files_archive
 from troupe.agent.resources import host_cpu_count, host_memory_bytes, mtu_of_address
 from troupe.api.agent import (
@@ -235,13 +235,7 @@ class DockerAgent:
 
         Rollback is the caller's: it removes everything labelled with the session.
         """
-        results = await asyncio.gather(
-            *(self._create_kernel(s) for s in specs), return_exceptions=True
-        )
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
-        return [r for r in results if isinstance(r, KernelStarted)]
+        return await gather_all(self._create_kernel(s) for s in specs)
 
     async def _create_kernel(self, spec: KernelSpec) -> KernelStarted:
         folders = self.data_root / "folders"
@@ -289,12 +283,7 @@ class DockerAgent:
             if code != 0:
                 raise AgentError(out.strip() or f"readiness check exited with {code}", kernel=host)
 
-        results = await asyncio.gather(
-            *(check(h, c) for h, c in containers.items()), return_exceptions=True
-        )
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
+        await gather_all(check(h, c) for h, c in containers.items())
 
     async def signal_go(self, container_id: str) -> None:
         """Lets a batch main1 start its command (it waits until the session is ready)."""

@@ -13,12 +13,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from troupe.cluster import RESERVED_ENV_PREFIX
+from troupe.cluster import RESERVED_ENV_PREFIX, USER_SETTABLE_RESERVED
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: The one BACKENDAI_ variable a user may set: the base port of MASTER_PORT and TF_CONFIG.
-USER_SETTABLE_RESERVED = frozenset({"BACKENDAI_DIST_MASTER_PORT"})
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}

@@ -40,6 +40,7 @@ class Fleet:
         local: dict[str, AgentBackend],
         fail_session: FailSession,
         wake: Callable[[], None],
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
     ) -> None:
         self.config = config
         self.db = db
@@ -47,7 +48,8 @@ class Fleet:
         self.agents: dict[str, AgentBackend] = dict(local)
         self._fail_session = fail_session
         self._wake = wake
-        self._background: set[asyncio.Task[None]] = set()
+        #: runs a coroutine in the background; the registry owns (and cancels) those tasks
+        self._spawn = spawn
         #: LOST agents: skipped when removing sessions (the sweep cleans up once they are back)
         self.lost: set[str] = set()
 
@@ -71,15 +73,8 @@ class Fleet:
                         self.lost.add(row.id)
 
     async def stop(self) -> None:
-        for t in list(self._background):
-            t.cancel()
         for agent in self.agents.values():
             await agent.close()
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        t = asyncio.create_task(coro)
-        self._background.add(t)
-        t.add_done_callback(self._background.discard)
 
     async def any_has_image(self, agent_ids: list[str], image: str) -> bool:
         for agent_id in agent_ids:

@@ -8,11 +8,13 @@ from dataclasses import dataclass
 from troupe.api.agent import FileSpec, KernelSpec, MountSpec
 from troupe.cluster import (
     KernelContract,
+    build_cluster,
     hostfile_text,
     known_hosts_text,
     ssh_client_config_text,
     sshd_config_text,
 )
+from troupe.manager.store.models import Session
 
 CONFIG = "/home/config"
 HOST_KEY_IN_KERNEL = "/etc/ssh/troupe_host_ed25519_key"
@@ -104,3 +106,32 @@ def kernel_specs(
             )
         )
     return specs
+
+
+def session_kernel_specs(s: Session) -> list[KernelSpec]:
+    """The kernel specs of a stored, placed session (its network already chosen)."""
+    assert s.network is not None
+    contracts = build_cluster(
+        s.id,
+        [k.id for k in s.kernels],
+        s.cluster_mode,  # type: ignore[arg-type]
+        s.environ,
+        s.dist_env,  # type: ignore[arg-type]
+    )
+    plan = SessionPlan(
+        session_id=s.id,
+        owner=s.owner_id,
+        image=s.image,
+        network=s.network,
+        batch=s.type == "batch",
+        startup_command=s.startup_command,
+        cpu=s.cpu,
+        mem=s.mem,
+        uid=s.uid,
+        gid=s.gid,
+        ssh_private_key=s.ssh_private_key,
+        ssh_public_key=s.ssh_public_key,
+        mounts={m["folder"]: (m["folder_id"], bool(m["readonly"])) for m in s.mounts},
+    )
+    keys = {k.hostname: (k.host_private_key, k.host_public_key) for k in s.kernels}
+    return kernel_specs(plan, contracts, keys)

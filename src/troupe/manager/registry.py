@@ -14,13 +14,13 @@ import shutil
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from troupe.agent.base import AgentBackend, AgentError, ExecExit, ExecOutput
+from troupe.agent.base import AgentBackend, AgentError, ExecExit, ExecOutput, gather_all
 from troupe.api.agent import KernelExit, KernelSpec, NetworkSpec
 from troupe.api.models import (
     ExecRequest,
@@ -31,7 +31,7 @@ from troupe.cluster import build_cluster, generate_ed25519
 from troupe.manager.config import ServerConfig
 from troupe.manager.errors import ApiError, conflict, invalid, not_found
 from troupe.manager.fleet import ALLOCATED, Fleet
-from troupe.manager.kernels import SessionPlan, kernel_specs
+from troupe.manager.kernels import session_kernel_specs
 from troupe.manager.logs import LogStore, merged, strip
 from troupe.manager.networks import AgentNet, free_subnet, plan_network
 from troupe.manager.scheduler import Request, never_fits, schedule
@@ -53,11 +53,11 @@ class Registry:
         self.config = config
         self.db = db
         self._wake = asyncio.Event()
-        self.fleet = Fleet(config, db, agents, self._fail_lost, self._wake.set)
+        self._background: set[asyncio.Task[None]] = set()
+        self.fleet = Fleet(config, db, agents, self._fail_lost, self._wake.set, self._spawn)
         self.log_store = LogStore(config.logs_dir)
         self._changed = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._background: set[asyncio.Task[None]] = set()
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._loop_task: asyncio.Task[None] | None = None
         #: Seconds until the scheduler looks again without being woken (pending time-outs).
@@ -388,14 +388,14 @@ class Registry:
                         )
                     )
                     step = "creating kernels"
-                    specs = self._kernel_specs(s)
+                    specs = session_kernel_specs(s)
                     placement = {k.id: k.agent_id or "" for k in s.kernels}
                     hosts = [k.hostname for k in s.kernels]
                     batch = s.type == "batch"
                 by_agent: dict[str, list[KernelSpec]] = defaultdict(list)
                 for spec in specs:
                     by_agent[placement[spec.kernel_id]].append(spec)
-                started_lists = await _gather_all(
+                started_lists = await gather_all(
                     self.fleet[a].create_kernels(ks) for a, ks in by_agent.items()
                 )
                 started = {k.kernel_id: k for lst in started_lists for k in lst}
@@ -410,7 +410,7 @@ class Registry:
                 self._notify()
                 step = "waiting until every kernel reaches every other"
                 remaining = max(1.0, self.config.create_timeout - 1)
-                await _gather_all(
+                await gather_all(
                     self.fleet[a].wait_ready(
                         {sp.hostname: containers[sp.hostname] for sp in ks}, hosts, remaining
                     )
@@ -450,33 +450,6 @@ class Registry:
         finally:
             if self._tasks.get(session_id) is asyncio.current_task():
                 del self._tasks[session_id]
-
-    def _kernel_specs(self, s: Session) -> list[KernelSpec]:
-        assert s.network is not None
-        contracts = build_cluster(
-            s.id,
-            [k.id for k in s.kernels],
-            s.cluster_mode,  # type: ignore[arg-type]
-            s.environ,
-            s.dist_env,  # type: ignore[arg-type]
-        )
-        plan = SessionPlan(
-            session_id=s.id,
-            owner=s.owner_id,
-            image=s.image,
-            network=s.network,
-            batch=s.type == "batch",
-            startup_command=s.startup_command,
-            cpu=s.cpu,
-            mem=s.mem,
-            uid=s.uid,
-            gid=s.gid,
-            ssh_private_key=s.ssh_private_key,
-            ssh_public_key=s.ssh_public_key,
-            mounts={m["folder"]: (m["folder_id"], bool(m["readonly"])) for m in s.mounts},
-        )
-        keys = {k.hostname: (k.host_private_key, k.host_public_key) for k in s.kernels}
-        return kernel_specs(plan, contracts, keys)
 
     # -- teardown ----------------------------------------------------------------------
     async def _teardown(
@@ -601,15 +574,6 @@ class Registry:
     async def delete_folder_data(self, folder_id: str) -> None:
         path = self.config.folders_dir / folder_id
         await asyncio.to_thread(shutil.rmtree, path, True)
-
-
-async def _gather_all(aws: Iterable[Awaitable[T]]) -> list[T]:
-    """Runs all at once and waits for all; raises the first failure (after all finished)."""
-    results = await asyncio.gather(*aws, return_exceptions=True)
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
-    return [r for r in results if not isinstance(r, BaseException)]
 
 
 async def _after(delay: float, coro: Coroutine[Any, Any, None]) -> None:

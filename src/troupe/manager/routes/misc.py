@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from fastapi import APIRouter
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from troupe import __version__
 from troupe.api.models import AgentInfo, ImageInfo
@@ -23,20 +23,18 @@ async def health() -> dict[str, str]:
 @router.get("/agents", response_model=list[AgentInfo], tags=["agents"])
 async def list_agents(db: DB, _: CurrentUser, registry: RegistryDep) -> list[AgentInfo]:
     states = {a.id: a for a in await registry.fleet.states(db)}
-    out = []
+    rows = await db.execute(
+        select(Kernel.agent_id, func.count())
+        .join(Session, Kernel.session_id == Session.id)
+        .where(Session.status.in_(["PREPARING", "RUNNING"]))
+        .group_by(Kernel.agent_id)
+    )
+    counts = {agent_id: n for agent_id, n in rows}
     now = datetime.now(UTC)
+    out = []
     for a in (await db.execute(select(Agent).order_by(Agent.name))).scalars():
         st = states.get(a.id)
-        n = (
-            await db.execute(
-                select(Kernel.id)
-                .join(Session, Kernel.session_id == Session.id)
-                .where(Kernel.agent_id == a.id, Session.status.in_(["PREPARING", "RUNNING"]))
-            )
-        ).all()
         hb = a.last_heartbeat
-        if hb is not None and hb.tzinfo is None:
-            hb = hb.replace(tzinfo=UTC)
         out.append(
             AgentInfo(
                 id=a.id,
@@ -49,7 +47,7 @@ async def list_agents(db: DB, _: CurrentUser, registry: RegistryDep) -> list[Age
                 cpu_free=st.cpu_free if st else 0,
                 mem_free=st.mem_free if st else 0,
                 gpu_free=st.gpu_free if st else 0,
-                kernels=len(n),
+                kernels=counts.get(a.id, 0),
                 swarm_manager=a.swarm_manager,
                 heartbeat_age=(now - hb).total_seconds() if hb else None,
             )
