@@ -7,4 +7,5 @@ cd "$ROOT"
 bash scripts/setup.sh
 .venv/bin/ruff check src tests
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache
 exec .venv/bin/pytest "$@"

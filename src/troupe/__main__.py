@@ -1,3 +1,5 @@
-from troupe.client.cli.main import app
+"""``python -m troupe``: the same command as ``troupe`` (see :mod:`troupe.main`)."""
+
+from troupe.main import app
 
 app()

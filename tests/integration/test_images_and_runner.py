@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BASE_IMAGE, TORCH_IMAGE, docker
-from troupe.agent.docker_backend import runner_dir
+from troupe.agent.kernel import runner_dir
 
 pytestmark = pytest.mark.docker
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from troupe.agent.base import AgentError
+from troupe.api.errors import AgentFailed
 from troupe.manager.networks import AgentNet, free_subnet, plan_network
 
 A = [
@@ -27,12 +27,12 @@ def test_several_agents_get_an_overlay_from_a_swarm_manager() -> None:
 
 def test_folders_need_the_same_data_root() -> None:
     assert plan_network(A, ["a1", "a2"], with_folders=True).driver == "overlay"
-    with pytest.raises(AgentError, match=r"shared storage.*a3 \(other\)"):
+    with pytest.raises(AgentFailed, match=r"shared storage.*a3 \(other\)"):
         plan_network(A, ["a1", "a3"], with_folders=True)
 
 
 def test_no_swarm_manager() -> None:
-    with pytest.raises(AgentError, match="Swarm manager"):
+    with pytest.raises(AgentFailed, match="Swarm manager"):
         plan_network(A[1:], ["a2", "a3"], with_folders=False)
 
 
@@ -41,5 +41,5 @@ def test_free_subnet_skips_used_ones() -> None:
     assert free_subnet("10.88.0.0/16", 24, ["10.88.0.0/24", "10.88.1.0/25", "fd00::/64"]) == (
         "10.88.2.0/24"
     )
-    with pytest.raises(AgentError, match="no free subnet"):
+    with pytest.raises(AgentFailed, match="no free subnet"):
         free_subnet("10.88.0.0/24", 24, ["10.0.0.0/8"])

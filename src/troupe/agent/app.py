@@ -1,24 +1,37 @@
 """HTTP face of an agent on another host: the manager's requests, authenticated with the
-agent token, served by the same :class:`DockerAgent` the embedded server uses in-process."""
+agent token, served by the same :class:`DockerAgent` the embedded server uses in process.
+
+Paths and bodies are what :mod:`troupe.manager.remote_agent` sends; errors leave in the shared
+shape (:mod:`troupe.api.edge`), so the manager raises the very domain error raised here.
+Streams (logs, exec) are opened before the response starts, so an unknown container is a 404,
+not a broken 200. A terminal that cannot open is refused the same way, before the WebSocket is
+accepted (an HTTP answer with the shared body).
+"""
 
 from __future__ import annotations
 
-import base64
-import json
-from collections.abc import AsyncIterator
-from typing import Annotated, Any
+import hmac
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request, WebSocket
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi import Depends, FastAPI, Header, WebSocket
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from troupe.agent.base import AgentError, ExecExit
 from troupe.agent.docker_backend import DockerAgent
-from troupe.api.agent import AgentCapacity, KernelSpec, KernelStarted, NetworkSpec
+from troupe.api import edge
+from troupe.api import exec as wire_exec
+from troupe.api.agent import (
+    AGENT_PREFIX,
+    AgentCapacity,
+    KernelSpec,
+    KernelStarted,
+    KernelState,
+    NetworkSpec,
+)
+from troupe.api.errors import TroupeError, Unauthorized
 from troupe.api.models import ImageInfo
 from troupe.api.shell import serve_shell
-
-PREFIX = "/agent/v1"
 
 
 class ReadyRequest(BaseModel):
@@ -36,89 +49,101 @@ class AgentExecRequest(BaseModel):
     user: str = "work"
 
 
-def create_agent_app(backend: DockerAgent, token: str) -> FastAPI:
+def token_check(token: str) -> Callable[[str], None]:
+    """A dependency that lets through only ``Authorization: Bearer <token>``.
+
+    Compared in constant time on the UTF-8 bytes (``compare_digest`` refuses non-ASCII
+    text): a header that is not ASCII is simply a wrong one.
+    """
+    expected = f"Bearer {token}".encode()
+
     def auth(authorization: Annotated[str, Header()] = "") -> None:
-        if authorization != f"Bearer {token}":
-            raise HTTPException(401, "invalid agent token")
+        if not hmac.compare_digest(authorization.encode(), expected):
+            raise Unauthorized("invalid agent token")
 
-    app = FastAPI(title="troupe agent", dependencies=[Depends(auth)])
+    return auth
 
-    @app.exception_handler(AgentError)
-    async def _agent_error(_: Request, e: AgentError) -> JSONResponse:
-        return JSONResponse({"error": {"message": str(e), "kernel": e.kernel}}, status_code=409)
 
-    @app.get(f"{PREFIX}/capacity")
+async def _lines(lines: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    """One log line per text line, whatever the engine ended it with."""
+    async for line in lines:
+        yield (line if line.endswith("\n") else line + "\n").encode()
+
+
+def create_agent_app(backend: DockerAgent, token: str) -> FastAPI:
+    app = FastAPI(title="troupe agent", dependencies=[Depends(token_check(token))])
+    edge.install(app)
+
+    @app.get(f"{AGENT_PREFIX}/capacity")
     async def capacity() -> AgentCapacity:
         return await backend.capacity()
 
-    @app.get(f"{PREFIX}/images")
+    @app.get(f"{AGENT_PREFIX}/images")
     async def images() -> list[ImageInfo]:
         return await backend.images()
 
-    @app.get(f"{PREFIX}/images/exists")
+    @app.get(f"{AGENT_PREFIX}/images/exists")
     async def has_image(name: str) -> bool:
         return await backend.has_image(name)
 
-    @app.get(f"{PREFIX}/subnets")
+    @app.get(f"{AGENT_PREFIX}/subnets")
     async def subnets() -> list[str]:
         return await backend.used_subnets()
 
-    @app.post(f"{PREFIX}/networks")
+    @app.post(f"{AGENT_PREFIX}/networks")
     async def create_network(spec: NetworkSpec) -> None:
         await backend.create_network(spec)
 
-    @app.delete(f"{PREFIX}/sessions/{{session_id}}/networks")
+    @app.delete(f"{AGENT_PREFIX}/sessions/{{session_id}}/networks")
     async def remove_networks(session_id: str) -> None:
         await backend.remove_session_networks(session_id)
 
-    @app.post(f"{PREFIX}/kernels")
+    @app.post(f"{AGENT_PREFIX}/kernels")
     async def create_kernels(specs: list[KernelSpec]) -> list[KernelStarted]:
         return await backend.create_kernels(specs)
 
-    @app.post(f"{PREFIX}/ready")
+    @app.post(f"{AGENT_PREFIX}/ready")
     async def ready(req: ReadyRequest) -> None:
         await backend.wait_ready(req.containers, req.hosts, req.timeout)
 
-    @app.post(f"{PREFIX}/go")
+    @app.post(f"{AGENT_PREFIX}/go")
     async def go(req: ContainerRequest) -> None:
         await backend.signal_go(req.container_id)
 
-    @app.delete(f"{PREFIX}/sessions/{{session_id}}/kernels")
+    @app.delete(f"{AGENT_PREFIX}/sessions/{{session_id}}/kernels")
     async def remove_kernels(session_id: str) -> dict[str, str]:
         return await backend.remove_kernels(session_id)
 
-    @app.get(f"{PREFIX}/kernels")
-    async def kernels() -> list[dict[str, Any]]:
+    @app.get(f"{AGENT_PREFIX}/kernels")
+    async def kernels() -> list[KernelState]:
         return await backend.list_kernels()
 
-    @app.get(f"{PREFIX}/network-sessions")
+    @app.get(f"{AGENT_PREFIX}/network-sessions")
     async def network_sessions() -> list[str]:
         return sorted(await backend.list_session_ids_with_networks())
 
-    @app.get(f"{PREFIX}/containers/{{container_id}}/logs")
+    @app.get(f"{AGENT_PREFIX}/containers/{{container_id}}/logs")
     async def logs(container_id: str, follow: bool = False) -> StreamingResponse:
-        async def body() -> AsyncIterator[bytes]:
-            async for line in backend.logs(container_id, follow=follow):
-                yield (line if line.endswith("\n") else line + "\n").encode()
+        lines = await backend.open_logs(container_id, follow=follow)
+        return StreamingResponse(_lines(lines), media_type="text/plain")
 
-        return StreamingResponse(body(), media_type="text/plain")
-
-    @app.post(f"{PREFIX}/containers/{{container_id}}/exec")
+    @app.post(f"{AGENT_PREFIX}/containers/{{container_id}}/exec")
     async def exec_(container_id: str, req: AgentExecRequest) -> StreamingResponse:
+        items = await backend.open_exec(container_id, req.command, req.user)
+
         async def body() -> AsyncIterator[bytes]:
-            async for item in backend.exec_stream(container_id, req.command, req.user):
-                if isinstance(item, ExecExit):
-                    msg: dict[str, Any] = {"exit_code": item.exit_code}
-                else:
-                    msg = {"data": base64.b64encode(item.data).decode()}
-                yield json.dumps(msg).encode() + b"\n"
+            try:
+                async for item in items:
+                    yield wire_exec.encode(item)
+            except TroupeError as e:  # the status is sent already: the last line says it
+                yield wire_exec.encode(e)
 
-        return StreamingResponse(body(), media_type="application/x-ndjson")
+        return StreamingResponse(body(), media_type=wire_exec.MEDIA_TYPE)
 
-    @app.websocket(f"{PREFIX}/containers/{{container_id}}/shell")
+    @app.websocket(f"{AGENT_PREFIX}/containers/{{container_id}}/shell")
     async def shell(ws: WebSocket, container_id: str, user: str = "work") -> None:
-        await ws.accept()
         async with backend.shell(container_id, user) as sh:
+            await ws.accept()
             await serve_shell(ws, sh)
 
     return app

@@ -17,13 +17,17 @@ import uvicorn
 
 from troupe.agent.app import create_agent_app
 from troupe.agent.docker_backend import DockerAgent
+from troupe.api import defaults
 from troupe.api.agent import KernelExit
+from troupe.api.defaults import AGENT_DATA_ROOT, HEARTBEAT_SECONDS
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class AgentConfig:
+    """What ``troupe agent`` was told on its command line."""
+
     manager: str
     token: str
     listen_host: str
@@ -32,9 +36,9 @@ class AgentConfig:
     docker_url: str | None = None
     cpu: float | None = None
     mem: int | None = None
-    group: str = "default"
-    data_root: Path = Path("/var/lib/troupe")
-    heartbeat: float = 2.0
+    group: str = defaults.GROUP
+    data_root: Path = AGENT_DATA_ROOT
+    heartbeat: float = HEARTBEAT_SECONDS
     #: Address the manager uses to reach this agent (default: the listen address).
     advertise: str | None = None
 
@@ -44,6 +48,10 @@ class AgentConfig:
 
 
 class AgentDaemon:
+    """Runs :class:`DockerAgent` behind its HTTP face and keeps the manager informed: it
+    registers (again, whenever the manager forgot it), heartbeats while the engine answers, and
+    forwards kernel exits, retrying until the manager has them."""
+
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         self.backend = DockerAgent(

@@ -1,7 +1,11 @@
-"""The agent's side of kernels: Docker containers and networks through aiodocker.
+"""The agent's side of kernels: one Docker engine, through aiodocker.
 
-aiodocker (not docker-py in a thread pool) because the manager is asyncio end to end: many
-parallel creates, long log/exec/event streams and no thread per stream.
+:class:`DockerAgent` is the one class the rest of troupe uses (in process in the server, or
+behind :mod:`troupe.agent.app` on another host); the work lives in modules by job: kernel
+containers (:mod:`.kernel`), networks, logs, exec and terminals, engine events. aiodocker (not
+docker-py in a thread pool) because manager and agent are asyncio end to end: many parallel
+creates, long log/exec/event streams and no thread per stream. Every engine failure leaves as a
+domain error (:mod:`troupe.api.errors`), never as aiodocker's.
 """
 
 from __future__ import annotations
@@ -9,104 +13,84 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
-import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import aiodocker
 from aiodocker.exceptions import DockerError
 
-from troupe.agent.base import AgentError, ExecExit, ExecOutput, ExitHandler, gather_all
-from troupe.agent.kernel import RUNNER_MOUNT, container_config, files_archive
-from troupe.agent.resources import host_cpu_count, host_memory_bytes, mtu_of_address
+from troupe.agent import exec as execs
+from troupe.agent import logs as klogs
+from troupe.agent import networks
+from troupe.agent.engine import step
+from troupe.agent.events import ExitWatcher
+from troupe.agent.exec import ShellIO
+from troupe.agent.kernel import RUNNER_MOUNT, container_config, files_archive, runner_dir
+from troupe.agent.resources import data_marker, host_cpu_count, host_memory_bytes, mtu_of_address
+from troupe.api import defaults
 from troupe.api.agent import (
     LABEL_HOSTNAME,
     LABEL_KERNEL,
-    LABEL_OWNER,
     LABEL_SESSION,
     AgentCapacity,
-    KernelExit,
+    ExitHandler,
     KernelSpec,
     KernelStarted,
+    KernelState,
     NetworkSpec,
 )
+from troupe.api.aio import gather_all
+from troupe.api.defaults import AGENT_DATA_ROOT
+from troupe.api.errors import AgentFailed
+from troupe.api.exec import ExecItem
 from troupe.api.models import ImageInfo
 
-log = logging.getLogger(__name__)
-
-
-@dataclass
-class ShellIO:
-    """Both ends of an interactive exec: bytes in, bytes out, resize, exit code."""
-
-    exec: Any
-    stream: Any
-
-    async def read(self) -> bytes | None:
-        msg = await self.stream.read_out()
-        return None if msg is None else bytes(msg.data)
-
-    async def write(self, data: bytes) -> None:
-        await self.stream.write_in(data)
-
-    async def resize(self, rows: int, cols: int) -> None:
-        await self.exec.resize(h=rows, w=cols)
-
-    async def exit_code(self) -> int:
-        info = await self.exec.inspect()
-        return int(info.get("ExitCode") or 0)
-
-
-def runner_dir() -> str:
-    return str(resources.files("troupe") / "runner")
-
-
-def _docker_message(e: DockerError) -> str:
-    return str(e.message if hasattr(e, "message") else e)
+#: Lines of output quoted when a kernel exits at once.
+START_FAILURE_LINES = 5
 
 
 class DockerAgent:
+    """An :class:`troupe.api.agent.AgentBackend` on one Docker engine."""
+
     def __init__(
         self,
         name: str = "local",
         docker_url: str | None = None,
         cpu: float | None = None,
         mem: int | None = None,
-        group: str = "default",
+        group: str = defaults.GROUP,
         data_root: Path | None = None,
     ) -> None:
         self.name = name
         self.group = group
         #: Data folders live in ``<data_root>/folders/<folder id>`` (shared storage on clusters).
-        self.data_root = data_root or Path("/var/lib/troupe")
+        self.data_root = data_root or AGENT_DATA_ROOT
         self._docker_url = docker_url
         self._cpu = cpu
         self._mem = mem
         self._docker: aiodocker.Docker | None = None
-        self._events_task: asyncio.Task[None] | None = None
-        self._on_exit: ExitHandler | None = None
+        self._exits: ExitWatcher | None = None
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self, on_exit: ExitHandler | None = None) -> None:
-        self._docker = aiodocker.Docker(url=self._docker_url)
+        """Connects to the engine (:class:`AgentFailed` if it does not answer) and, given
+        ``on_exit``, reports kernels that stop on their own to it."""
+        docker = aiodocker.Docker(url=self._docker_url)
         try:
-            await self._docker.version()
+            await docker.version()
         except Exception as e:
-            await self._docker.close()
-            raise AgentError(f"Docker engine not reachable: {e}") from e
-        self._on_exit = on_exit
-        self._events_task = asyncio.create_task(self._watch_events(), name="agent-events")
+            await docker.close()
+            raise AgentFailed(f"Docker engine not reachable: {e}") from e
+        self._docker = docker
+        if on_exit is not None:
+            self._exits = ExitWatcher(docker, on_exit)
+            self._exits.start()
 
     async def close(self) -> None:
-        if self._events_task:
-            self._events_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._events_task
+        if self._exits:
+            await self._exits.close()
         if self._docker:
             await self._docker.close()
 
@@ -127,7 +111,7 @@ class DockerAgent:
 
     async def capacity(self) -> AgentCapacity:
         swarm, mtu = False, 0
-        with contextlib.suppress(DockerError):
+        with contextlib.suppress(DockerError):  # a host without Swarm details still serves
             info = await self.docker.system.info()
             swarm = bool(info.get("Swarm", {}).get("ControlAvailable"))
             node_addr = info.get("Swarm", {}).get("NodeAddr") or ""
@@ -145,31 +129,23 @@ class DockerAgent:
 
     def data_marker(self) -> str:
         """An id stored in the data root, the same for every agent that shares the storage."""
-        marker = self.data_root / ".troupe-data-id"
-        if not marker.exists():
-            self.data_root.mkdir(parents=True, exist_ok=True)
-            tmp = marker.with_suffix(f".{uuid.uuid4().hex}")
-            tmp.write_text(uuid.uuid4().hex + "\n")
-            with contextlib.suppress(FileExistsError):  # another agent won the race
-                marker.hardlink_to(tmp)
-            tmp.unlink()
-        return marker.read_text().strip()
+        return data_marker(self.data_root)
 
     # -- images ----------------------------------------------------------------
     async def images(self) -> list[ImageInfo]:
-        out: list[ImageInfo] = []
-        for img in await self.docker.images.list():
-            for tag in img.get("RepoTags") or []:
-                if tag == "<none>:<none>":
-                    continue
-                out.append(
-                    ImageInfo(
-                        name=tag,
-                        id=img["Id"],
-                        size=img.get("Size", 0),
-                        created=datetime.fromtimestamp(int(img.get("Created", 0)), UTC).isoformat(),
-                    )
-                )
+        with step("listing images"):
+            images = await self.docker.images.list()
+        out = [
+            ImageInfo(
+                name=tag,
+                id=img["Id"],
+                size=img.get("Size", 0),
+                created=datetime.fromtimestamp(int(img.get("Created", 0)), UTC).isoformat(),
+            )
+            for img in images
+            for tag in img.get("RepoTags") or []
+            if tag != "<none>:<none>"
+        ]
         return sorted(out, key=lambda i: i.name)
 
     async def has_image(self, name: str) -> bool:
@@ -181,53 +157,17 @@ class DockerAgent:
 
     # -- networks --------------------------------------------------------------
     async def create_network(self, spec: NetworkSpec) -> None:
-        config: dict[str, Any] = {
-            "Name": spec.name,
-            "Driver": spec.driver,
-            "CheckDuplicate": True,
-            "Internal": spec.internal,
-            "Attachable": spec.driver == "overlay",
-            "IPAM": {"Driver": "default", "Config": [{"Subnet": spec.subnet}]},
-            "Labels": {LABEL_SESSION: spec.session_id, LABEL_OWNER: spec.owner},
-        }
-        if spec.mtu:
-            config["Options"] = {"com.docker.network.driver.mtu": str(spec.mtu)}
-        try:
-            await self.docker.networks.create(config)
-        except DockerError as e:
-            raise AgentError(f"creating network {spec.name}: {_docker_message(e)}") from e
+        await networks.create_network(self.docker, spec)
 
     async def used_subnets(self) -> list[str]:
         """IPv4 subnets of every network on this engine (troupe's and anyone else's)."""
-        out = []
-        for n in await self.docker.networks.list():
-            for c in (n.get("IPAM") or {}).get("Config") or []:
-                sub = c.get("Subnet") or ""
-                if "." in sub:
-                    out.append(sub)
-        return out
+        return await networks.used_subnets(self.docker)
 
     async def remove_session_networks(self, session_id: str) -> None:
-        nets = await self.docker.networks.list(filters={"label": [f"{LABEL_SESSION}={session_id}"]})
-        for n in nets:
-            await self._remove_network(n["Id"])
+        await networks.remove_session_networks(self.docker, session_id)
 
-    async def _remove_network(self, net_id: str) -> None:
-        # Endpoints of just-removed containers may linger for a moment.
-        for attempt in range(20):
-            try:
-                await self.docker.networks.get(net_id)
-            except DockerError:
-                return
-            try:
-                await (await self.docker.networks.get(net_id)).delete()
-                return
-            except DockerError as e:
-                if e.status == 404:
-                    return
-                if attempt == 19:
-                    raise AgentError(f"removing network {net_id}: {_docker_message(e)}") from e
-                await asyncio.sleep(0.05 * (attempt + 1))
+    async def list_session_ids_with_networks(self) -> set[str]:
+        return await networks.session_ids_with_networks(self.docker)
 
     # -- kernels ---------------------------------------------------------------
     async def create_kernels(self, specs: Sequence[KernelSpec]) -> list[KernelStarted]:
@@ -242,7 +182,7 @@ class DockerAgent:
         for m in spec.mounts:
             (folders / m.folder_id).mkdir(parents=True, exist_ok=True)
         config = container_config(spec, runner_dir(), str(folders))
-        try:
+        with step(kernel=spec.hostname):
             container = await self.docker.containers.create(config, name=spec.container_name)
             if spec.files:
                 await container.put_archive(  # type: ignore[no-untyped-call]
@@ -250,20 +190,16 @@ class DockerAgent:
                 )
             await container.start()
             info = await container.show()
-        except DockerError as e:
-            raise AgentError(_docker_message(e), kernel=spec.hostname) from e
-        nets = info.get("NetworkSettings", {}).get("Networks", {})
-        ip = (nets.get(spec.network) or {}).get("IPAddress") or None
         if not info["State"].get("Running"):
-            tail: list[str] = []
-            with contextlib.suppress(DockerError):
-                tail = await container.log(stdout=True, stderr=True, tail=5)
+            tail = await klogs.last_lines(self.docker, info["Id"], START_FAILURE_LINES)
             detail = " ".join(line.strip() for line in tail)
-            raise AgentError(
+            raise AgentFailed(
                 f"exited at once with code {info['State'].get('ExitCode')}"
                 + (f": {detail}" if detail else ""),
                 kernel=spec.hostname,
             )
+        nets = info.get("NetworkSettings", {}).get("Networks", {})
+        ip = (nets.get(spec.network) or {}).get("IPAddress") or None
         return KernelStarted(kernel_id=spec.kernel_id, container_id=info["Id"], ip=ip)
 
     async def wait_ready(
@@ -281,7 +217,7 @@ class DockerAgent:
                 cid, ["/bin/sh", f"{RUNNER_MOUNT}/ready.sh", str(int(timeout)), *peers], user="root"
             )
             if code != 0:
-                raise AgentError(out.strip() or f"readiness check exited with {code}", kernel=host)
+                raise AgentFailed(out.strip() or f"readiness check exited with {code}", kernel=host)
 
         await gather_all(check(h, c) for h, c in containers.items())
 
@@ -291,7 +227,7 @@ class DockerAgent:
             container_id, ["/bin/sh", "-c", ": > /run/troupe/go"], user="root"
         )
         if code != 0:
-            raise AgentError(f"could not start the batch command: {out.strip()}", kernel="main1")
+            raise AgentFailed(f"could not start the batch command: {out.strip()}", kernel="main1")
 
     async def remove_kernels(self, session_id: str) -> dict[str, str]:
         """Removes every container of a session here; returns each kernel's log.
@@ -299,178 +235,73 @@ class DockerAgent:
         Networks are removed separately (:meth:`remove_session_networks`), after the kernels
         on every agent are gone: an overlay cannot be removed while any host still uses it.
         """
-        containers = await self._session_containers(session_id)
 
         async def remove(c: dict[str, Any]) -> tuple[str, str]:
             host = c["Labels"].get(LABEL_HOSTNAME, c["Id"][:12])
-            text = ""
-            with contextlib.suppress(DockerError):
-                lines = await self.docker.containers.container(c["Id"]).log(
-                    stdout=True, stderr=True, timestamps=True
-                )
-                text = "".join(lines)
-            with contextlib.suppress(DockerError):
+            text = await klogs.whole(self.docker, c["Id"])
+            with contextlib.suppress(DockerError):  # already gone: nothing to remove
                 await self.docker.containers.container(c["Id"]).delete(force=True, v=True)
             return host, text
 
+        containers = await self._containers(f"{LABEL_SESSION}={session_id}")
         return dict(await asyncio.gather(*(remove(c) for c in containers)))
 
-    async def _session_containers(self, session_id: str) -> list[dict[str, Any]]:
-        raw = await self.docker._query_json(  # list() wraps away the labels we need
-            "containers/json",
-            params={
-                "all": "1",
-                "filters": json.dumps({"label": [f"{LABEL_SESSION}={session_id}"]}),
-            },
-        )
-        return list(raw)
-
-    async def list_kernels(self) -> list[dict[str, Any]]:
+    async def list_kernels(self) -> list[KernelState]:
         """All troupe containers on this engine (for reconciliation after restarts)."""
-        raw = await self.docker._query_json(
-            "containers/json",
-            params={"all": "1", "filters": json.dumps({"label": [LABEL_SESSION]})},
-        )
         return [
-            {
-                "session_id": c["Labels"][LABEL_SESSION],
-                "kernel_id": c["Labels"].get(LABEL_KERNEL),
-                "hostname": c["Labels"].get(LABEL_HOSTNAME),
-                "container_id": c["Id"],
-                "state": c["State"],
-            }
-            for c in raw
+            KernelState(
+                session_id=c["Labels"][LABEL_SESSION],
+                kernel_id=c["Labels"].get(LABEL_KERNEL) or "",
+                hostname=c["Labels"].get(LABEL_HOSTNAME) or c["Id"][:12],
+                container_id=c["Id"],
+                state=c["State"],
+            )
+            for c in await self._containers(LABEL_SESSION)
         ]
 
-    async def list_session_ids_with_networks(self) -> set[str]:
-        nets = await self.docker.networks.list(filters={"label": [LABEL_SESSION]})
-        return {n["Labels"][LABEL_SESSION] for n in nets if n.get("Labels")}
+    async def _containers(self, label: str) -> list[dict[str, Any]]:
+        """Containers (running or not) with a label (``key`` or ``key=value``), as the engine
+        lists them: aiodocker's ``list()`` wraps away the labels we need."""
+        with step("listing containers"):
+            raw = await self.docker._query_json(
+                "containers/json",
+                params={"all": "1", "filters": json.dumps({"label": [label]})},
+            )
+        return list(raw)
 
-    # -- logs and exec ---------------------------------------------------------
+    # -- logs, exec and terminals ---------------------------------------------------
+    async def open_logs(self, container_id: str, follow: bool = False) -> AsyncIterator[str]:
+        """:meth:`logs`, but an unknown container raises :class:`NotFound` here, before any
+        line (so the HTTP face can still answer 404)."""
+        return await klogs.open_logs(self.docker, container_id, follow)
+
     async def logs(self, container_id: str, follow: bool = False) -> AsyncIterator[str]:
         """Timestamped log lines (``2026-...Z text``) of one kernel."""
-        c = self.docker.containers.container(container_id)
-        try:
-            if follow:
-                async for line in c.log(stdout=True, stderr=True, follow=True, timestamps=True):
-                    yield line
-            else:
-                for line in await c.log(stdout=True, stderr=True, timestamps=True):
-                    yield line
-        except DockerError as e:
-            if e.status != 404:
-                raise
+        async for line in await self.open_logs(container_id, follow):
+            yield line
+
+    async def open_exec(
+        self, container_id: str, command: list[str], user: str = "work"
+    ) -> AsyncIterator[ExecItem]:
+        """:meth:`exec_stream`, but the engine's refusal (:class:`NotFound`,
+        :class:`NotRunning`) is raised here, before any output."""
+        return await execs.open_exec(self.docker, container_id, command, user)
 
     async def exec_stream(
         self, container_id: str, command: list[str], user: str = "work"
-    ) -> AsyncIterator[ExecOutput | ExecExit]:
+    ) -> AsyncIterator[ExecItem]:
         """Runs a command with the kernel's environment; yields output, then the exit code."""
-        c = self.docker.containers.container(container_id)
-        ex = await c.exec(
-            ["/bin/sh", f"{RUNNER_MOUNT}/exec.sh", *command],
-            user=user,
-            workdir="/home/work" if user == "work" else "/",
-        )
-        async with ex.start(detach=False) as stream:
-            while True:
-                msg = await stream.read_out()
-                if msg is None:
-                    break
-                yield ExecOutput(bytes(msg.data))
-        info = await ex.inspect()
-        yield ExecExit(int(info.get("ExitCode") or 0))
+        async for item in await self.open_exec(container_id, command, user):
+            yield item
 
     async def exec_collect(
         self, container_id: str, command: list[str], user: str = "work"
     ) -> tuple[int, str]:
-        out = bytearray()
-        code = -1
-        try:
-            async for item in self.exec_stream(container_id, command, user):
-                if isinstance(item, ExecOutput):
-                    out += item.data
-                else:
-                    code = item.exit_code
-        except DockerError as e:
-            return -1, _docker_message(e)
-        return code, out.decode(errors="replace")
+        """Exit code and output; ``(-1, why)`` when the command could not run at all."""
+        return await execs.exec_collect(self.docker, container_id, command, user)
 
-    @contextlib.asynccontextmanager
-    async def shell(self, container_id: str, user: str = "work") -> AsyncIterator[ShellIO]:
+    def shell(
+        self, container_id: str, user: str = "work"
+    ) -> contextlib.AbstractAsyncContextManager[ShellIO]:
         """An interactive login shell with a TTY (bash if the image has it, else sh)."""
-        c = self.docker.containers.container(container_id)
-        ex = await c.exec(
-            [
-                "/bin/sh",
-                f"{RUNNER_MOUNT}/exec.sh",
-                "/bin/sh",
-                "-c",
-                "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh -l; fi",
-            ],
-            stdin=True,
-            tty=True,
-            user=user,
-            environment={"TERM": "xterm-256color"},
-            workdir="/home/work" if user == "work" else "/",
-        )
-        async with ex.start(detach=False) as stream:
-            yield ShellIO(ex, stream)
-
-    # -- events ----------------------------------------------------------------
-    async def _watch_events(self) -> None:
-        """Reports kernels that stop on their own; reconnects if the stream breaks."""
-        delay = 0.1
-        while True:
-            try:
-                async for event in self._event_stream():
-                    delay = 0.1
-                    await self._handle_event(event)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # engine restarted or stream broke
-                log.warning("docker event stream ended: %s; reconnecting", e)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-    async def _event_stream(self) -> AsyncIterator[dict[str, Any]]:
-        params = {
-            "filters": json.dumps(
-                {"type": ["container"], "event": ["die", "oom"], "label": [LABEL_SESSION]}
-            )
-        }
-        async with self.docker._query("events", params=params, timeout=None) as resp:
-            while True:
-                line = await resp.content.readline()
-                if not line:
-                    return
-                if line.strip():
-                    yield json.loads(line)
-
-    async def _handle_event(self, event: dict[str, Any]) -> None:
-        if event.get("Action") != "die" or self._on_exit is None:
-            return
-        attrs = event.get("Actor", {}).get("Attributes", {})
-        cid = event.get("Actor", {}).get("ID") or event.get("id")
-        session_id, kernel_id = attrs.get(LABEL_SESSION), attrs.get(LABEL_KERNEL)
-        if not (cid and session_id and kernel_id):
-            return
-        oom, error = False, ""
-        last: list[str] = []
-        with contextlib.suppress(DockerError):
-            info = await self.docker.containers.container(cid).show()
-            oom = bool(info["State"].get("OOMKilled"))
-            error = str(info["State"].get("Error") or "")
-            lines = await self.docker.containers.container(cid).log(
-                stdout=True, stderr=True, tail=20
-            )
-            last = [line.rstrip("\n") for line in lines]
-        await self._on_exit(
-            KernelExit(
-                session_id=session_id,
-                kernel_id=kernel_id,
-                exit_code=int(attrs.get("exitCode", -1)),
-                oom_killed=oom,
-                error=error,
-                last_logs=last,
-            )
-        )
+        return execs.open_shell(self.docker, container_id, user)

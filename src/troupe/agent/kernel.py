@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import tarfile
 import time
+from importlib import resources
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -20,7 +21,13 @@ from troupe.api.agent import (
     KernelSpec,
 )
 
+#: Where the runner scripts (entrypoint.sh, exec.sh, ready.sh) appear in every kernel.
 RUNNER_MOUNT = "/opt/troupe"
+
+
+def runner_dir() -> str:
+    """The runner scripts shipped in this package, bind-mounted read-only at RUNNER_MOUNT."""
+    return str(resources.files("troupe") / "runner")
 
 
 def container_config(spec: KernelSpec, runner_dir: str, folders_root: str) -> dict[str, Any]:

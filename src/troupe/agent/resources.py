@@ -1,8 +1,14 @@
-"""What this host can give to kernels."""
+"""What this host can give to kernels, and which storage it shares with other hosts."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import uuid
+from pathlib import Path
+
+#: File in the data root holding the storage's id.
+DATA_MARKER = ".troupe-data-id"
 
 
 def host_cpu_count() -> float:
@@ -38,3 +44,18 @@ def mtu_of_address(address: str) -> int:
                 mtu: int = struct.unpack("I", fcntl.ioctl(s.fileno(), siocgifmtu, req)[16:20])[0]
                 return mtu
     return 0
+
+
+def data_marker(data_root: Path) -> str:
+    """An id stored in the data root, the same for every agent that shares the storage: the
+    manager spreads a session with data folders only over agents that report the same one
+    (its folders must be the same files everywhere)."""
+    marker = data_root / DATA_MARKER
+    if not marker.exists():
+        data_root.mkdir(parents=True, exist_ok=True)
+        tmp = marker.with_suffix(f".{uuid.uuid4().hex}")
+        tmp.write_text(uuid.uuid4().hex + "\n")
+        with contextlib.suppress(FileExistsError):  # another agent won the race
+            marker.hardlink_to(tmp)
+        tmp.unlink()
+    return marker.read_text().strip()

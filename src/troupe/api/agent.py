@@ -6,9 +6,19 @@ so the manager never knows which one it talks to.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
+
+from troupe.api import defaults
+from troupe.api.exec import ExecItem
+from troupe.api.models import ImageInfo
+from troupe.api.shell import Shell
+
+#: Path prefix of an agent's HTTP API (served by troupe.agent, called by the manager).
+AGENT_PREFIX = "/agent/v1"
 
 LABEL_SESSION = "troupe.session"
 LABEL_KERNEL = "troupe.kernel"
@@ -82,9 +92,15 @@ class KernelExit(BaseModel):
     last_logs: list[str] = Field(default_factory=list)
 
 
-class ExecResult(BaseModel):
-    exit_code: int
-    output: str
+class KernelState(BaseModel):
+    """A troupe container an agent holds, as its engine reports it."""
+
+    session_id: str
+    kernel_id: str
+    hostname: str
+    container_id: str
+    #: the engine's state: running, exited, created, ...
+    state: str
 
 
 class AgentCapacity(BaseModel):
@@ -92,9 +108,44 @@ class AgentCapacity(BaseModel):
     cpu: float
     mem: int
     gpu: int = 0
-    group: str = "default"
+    group: str = defaults.GROUP
     swarm_manager: bool = False
     #: Identity of the agent's data root: agents sharing storage report the same marker.
     data_marker: str = ""
     #: MTU of the interface the engine's swarm traffic uses (0: unknown).
     underlay_mtu: int = 0
+
+
+ExitHandler = Callable[[KernelExit], Awaitable[None]]
+
+
+class AgentBackend(Protocol):
+    """What the manager asks of an agent: the in-process Docker one, one on another host over
+    HTTP, or a fake in tests. Failures raise :class:`troupe.api.errors.AgentFailed` (with the
+    kernel named when one is concerned) or another domain error."""
+
+    name: str
+
+    async def start(self, on_exit: ExitHandler | None = None) -> None: ...
+    async def close(self) -> None: ...
+    async def capacity(self) -> AgentCapacity: ...
+    async def images(self) -> list[ImageInfo]: ...
+    async def has_image(self, name: str) -> bool: ...
+    async def used_subnets(self) -> list[str]: ...
+    async def create_network(self, spec: NetworkSpec) -> None: ...
+    async def remove_session_networks(self, session_id: str) -> None: ...
+    async def create_kernels(self, specs: Sequence[KernelSpec]) -> list[KernelStarted]: ...
+    async def wait_ready(
+        self, containers: dict[str, str], hosts: list[str], timeout: float
+    ) -> None: ...
+    async def signal_go(self, container_id: str) -> None: ...
+    async def remove_kernels(self, session_id: str) -> dict[str, str]: ...
+    async def list_kernels(self) -> list[KernelState]: ...
+    async def list_session_ids_with_networks(self) -> set[str]: ...
+    def logs(self, container_id: str, follow: bool = False) -> AsyncIterator[str]: ...
+    def exec_stream(
+        self, container_id: str, command: list[str], user: str = "work"
+    ) -> AsyncIterator[ExecItem]: ...
+    def shell(
+        self, container_id: str, user: str = "work"
+    ) -> AbstractAsyncContextManager[Shell]: ...

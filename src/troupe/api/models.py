@@ -13,10 +13,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from troupe.cluster import RESERVED_ENV_PREFIX, USER_SETTABLE_RESERVED
+from troupe.api import defaults
+from troupe.api.lifecycle import AgentStatus, KernelStatus, SessionStatus
+from troupe.cluster.contract import (
+    RESERVED_ENV_PREFIX,
+    ClusterMode,
+    DistEnvMode,
+    reserved_names,
+)
+
+__all__ = ["AgentStatus", "ClusterMode", "DistEnvMode", "KernelStatus", "SessionStatus"]
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -48,22 +57,15 @@ Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="letters, digits, _ . -; 1-63")]
 
 
-class SessionStatus(StrEnum):
-    PENDING = "PENDING"
-    SCHEDULED = "SCHEDULED"
-    PREPARING = "PREPARING"
-    RUNNING = "RUNNING"
-    TERMINATING = "TERMINATING"
-    TERMINATED = "TERMINATED"
-    ERROR = "ERROR"
-    CANCELLED = "CANCELLED"
-
-    @property
-    def is_final(self) -> bool:
-        return self in FINAL_STATUSES
+#: Who a command runs as in a kernel.
+ExecUser = Literal["work", "root"]
 
 
-FINAL_STATUSES = frozenset({SessionStatus.TERMINATED, SessionStatus.ERROR, SessionStatus.CANCELLED})
+class SessionType(StrEnum):
+    """Interactive sessions run until destroyed; batch ones end when main1's command does."""
+
+    INTERACTIVE = "interactive"
+    BATCH = "batch"
 
 
 class Strict(BaseModel):
@@ -73,8 +75,8 @@ class Strict(BaseModel):
 class Resources(Strict):
     """Per-kernel resources; a session of size N needs N times this."""
 
-    cpu: float = Field(0.5, gt=0, le=1024, description="cores, may be fractional")
-    mem: Size = Field(512 * 1024**2, description="bytes, or a size such as 512m")
+    cpu: float = Field(defaults.CPU, gt=0, le=1024, description="cores, may be fractional")
+    mem: Size = Field(defaults.MEM, description="bytes, or a size such as 512m")
     gpu: int = Field(0, ge=0, le=64, description="whole devices")
 
     @field_validator("mem")
@@ -102,14 +104,14 @@ class SessionCreate(Strict):
     name: Name
     image: str = Field(min_length=1, max_length=255)
     cluster_size: int = Field(1, ge=1, description="number of kernels")
-    cluster_mode: Literal["single-node", "multi-node"] = "single-node"
+    cluster_mode: ClusterMode = ClusterMode.SINGLE_NODE
     resources: Resources = Field(default_factory=lambda: Resources())
     mounts: list[Mount] = Field(default_factory=list)
     environ: dict[str, str] = Field(default_factory=dict)
-    type: Literal["interactive", "batch"] = "interactive"
+    type: SessionType = SessionType.INTERACTIVE
     startup_command: str | None = Field(None, min_length=1, max_length=65536)
-    dist_env: Literal["default", "per-container"] = "default"
-    group: Name = "default"
+    dist_env: DistEnvMode = DistEnvMode.DEFAULT
+    group: Name = defaults.GROUP
     priority: int = Field(0, ge=-100, le=100)
     max_pending_seconds: float | None = Field(None, gt=0)
     uid: int = Field(1000, ge=1, le=65534, description="uid of user work in every kernel")
@@ -122,7 +124,7 @@ class SessionCreate(Strict):
         for key, value in env.items():
             if not ENV_NAME.match(key):
                 raise ValueError(f"{key!r} is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
-            if key.startswith(RESERVED_ENV_PREFIX) and key not in USER_SETTABLE_RESERVED:
+            if reserved_names({key: value}):
                 raise ValueError(f"{key!r}: names starting with {RESERVED_ENV_PREFIX} are reserved")
             if "\0" in value or "\n" in value:
                 raise ValueError(f"{key!r}: values may not contain NUL or newline")
@@ -141,9 +143,9 @@ class SessionCreate(Strict):
 
     @model_validator(mode="after")
     def _batch_needs_command(self) -> SessionCreate:
-        if self.type == "batch" and not self.startup_command:
+        if self.type is SessionType.BATCH and not self.startup_command:
             raise ValueError("startup_command: required for batch sessions")
-        if self.type == "interactive" and self.startup_command:
+        if self.type is SessionType.INTERACTIVE and self.startup_command:
             raise ValueError("startup_command: only batch sessions run a startup command")
         return self
 
@@ -157,9 +159,11 @@ class KernelInfo(BaseModel):
     agent: str | None = None
     container_id: str | None = None
     ip: str | None = None
-    status: str
+    status: KernelStatus
     exit_code: int | None = None
     oom_killed: bool = False
+    #: status (or phase) -> when it was reached, ISO 8601 UTC
+    timeline: dict[str, str] = Field(default_factory=dict)
 
 
 class SessionInfo(BaseModel):
@@ -168,13 +172,13 @@ class SessionInfo(BaseModel):
     owner: str
     status: SessionStatus
     status_info: dict[str, Any] = Field(default_factory=dict)
-    type: str
+    type: SessionType
     image: str
     cluster_size: int
-    cluster_mode: str
+    cluster_mode: ClusterMode
     resources: Resources
     mounts: list[Mount]
-    dist_env: str
+    dist_env: DistEnvMode
     group: str
     priority: int
     uid: int
@@ -186,13 +190,15 @@ class SessionInfo(BaseModel):
     created_at: datetime
     started_at: datetime | None = None
     terminated_at: datetime | None = None
+    #: status (or phase) -> when it was reached, ISO 8601 UTC
+    timeline: dict[str, str] = Field(default_factory=dict)
     kernels: list[KernelInfo] = Field(default_factory=list)
 
 
 class ExecRequest(Strict):
     command: list[str] = Field(min_length=1)
     kernel: str = Field("main1", pattern=r"^(main1|sub[1-9][0-9]*)$")
-    user: Literal["work", "root"] = "work"
+    user: ExecUser = "work"
 
 
 class FolderCreate(Strict):
@@ -223,7 +229,7 @@ class AgentInfo(BaseModel):
     id: str
     name: str
     group: str
-    status: str
+    status: AgentStatus
     cpu: float
     mem: int
     gpu: int
@@ -244,9 +250,12 @@ class ImageInfo(BaseModel):
 
 
 class ErrorDetail(BaseModel):
+    """The one error shape of the manager's and the agents' APIs (see troupe.api.errors)."""
+
     code: str
     message: str
     field: str | None = None
+    kernel: str | None = None
 
 
 class ErrorBody(BaseModel):

@@ -9,14 +9,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from typing import TYPE_CHECKING, Protocol
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
+if TYPE_CHECKING:
+    from starlette.websockets import WebSocket
 
-from troupe.agent.base import Shell
+
+class Shell(Protocol):
+    """Both ends of an interactive terminal: bytes in and out, resize, exit code."""
+
+    async def read(self) -> bytes | None: ...
+    async def write(self, data: bytes) -> None: ...
+    async def resize(self, rows: int, cols: int) -> None: ...
+    async def exit_code(self) -> int: ...
 
 
 async def serve_shell(ws: WebSocket, sh: Shell) -> None:
     """Bridges an accepted WebSocket and a shell until the shell ends or the client leaves."""
+    from starlette.websockets import WebSocketDisconnect
 
     async def pump_in() -> None:
         while True:

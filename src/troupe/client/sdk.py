@@ -1,7 +1,11 @@
 """Python SDK for troupe's REST API (httpx). The CLI is built on it.
 
-Settings: ``TROUPE_API_URL`` (default http://127.0.0.1:8090) and ``TROUPE_API_KEY`` (default:
-the key in the credentials file the server writes on first start).
+Settings: ``TROUPE_API_URL`` (default :data:`troupe.api.defaults.API_URL`) and
+``TROUPE_API_KEY`` (default: the key in the credentials file the server writes on first start).
+
+Failures raise the domain errors of :mod:`troupe.api.errors`: an error answer becomes the
+class its ``code`` names (``status`` holds the HTTP status), a server out of reach becomes
+:class:`~troupe.api.errors.Unreachable` (``status`` 0).
 """
 
 from __future__ import annotations
@@ -9,11 +13,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 
+from troupe.api import defaults, errors
+from troupe.api import exec as exec_frames
 from troupe.api.models import (
     AgentInfo,
     ExecRequest,
@@ -24,45 +29,36 @@ from troupe.api.models import (
     UserInfo,
 )
 
-DEFAULT_URL = "http://127.0.0.1:8090"
+__all__ = ["Client", "TroupeError", "load_settings"]
 
-
-class TroupeError(Exception):
-    """An error answer of the API (``status`` 4xx/5xx) or a connection failure (status 0)."""
-
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.field = status, code, message, field
-
-
-def credentials_path() -> Path:
-    from troupe.manager.config import default_config_dir
-
-    return default_config_dir() / "credentials.json"
+#: Kept importable from here for callers; the one class is troupe.api.errors.TroupeError.
+TroupeError = errors.TroupeError
 
 
 def load_settings(url: str | None = None, key: str | None = None) -> tuple[str, str | None]:
+    """The API URL and key: arguments, else the environment, else the credentials file."""
     creds: dict[str, Any] = {}
-    p = credentials_path()
-    if p.exists():
+    path = defaults.credentials_file()
+    if path.exists():
         try:
-            creds = json.loads(p.read_text())
+            creds = json.loads(path.read_text())
         except (OSError, ValueError):
             creds = {}
-    url = url or os.environ.get("TROUPE_API_URL") or creds.get("api_url") or DEFAULT_URL
+    url = url or os.environ.get("TROUPE_API_URL") or creds.get("api_url") or defaults.API_URL
     key = key or os.environ.get("TROUPE_API_KEY") or creds.get("api_key")
     return url, key
 
 
 def _raise_for(resp: httpx.Response) -> None:
+    """The domain error of an error answer (nothing for a success)."""
     if resp.status_code < 400:
         return
+    resp.read()
     try:
-        resp.read()
-        err = resp.json()["error"]
-        raise TroupeError(resp.status_code, err["code"], err["message"], err.get("field"))
-    except (ValueError, KeyError, TypeError):
-        raise TroupeError(resp.status_code, "error", resp.text or resp.reason_phrase) from None
+        body = resp.json()
+    except ValueError:
+        body = None
+    raise errors.from_wire(resp.status_code, body, resp.text or resp.reason_phrase)
 
 
 class Client:
@@ -84,11 +80,14 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _unreachable(self, e: httpx.TransportError) -> NoReturn:
+        raise errors.Unreachable(f"cannot reach troupe at {self.url}: {e}", status=0) from e
+
     def _req(self, method: str, path: str, **kw: Any) -> Any:
         try:
             resp = self._http.request(method, path, **kw)
         except httpx.TransportError as e:
-            raise TroupeError(0, "unreachable", f"cannot reach troupe at {self.url}: {e}") from e
+            self._unreachable(e)
         _raise_for(resp)
         return resp.json() if resp.content else None
 
@@ -131,12 +130,13 @@ class Client:
                 _raise_for(resp)
                 yield from resp.iter_lines()
         except httpx.TransportError as e:
-            raise TroupeError(0, "unreachable", f"cannot reach troupe at {self.url}: {e}") from e
+            self._unreachable(e)
 
     def exec_stream(
         self, ref: str, command: list[str], kernel: str = "main1", user: str = "work"
-    ) -> Iterator[str | int]:
-        """Yields output text chunks, then the exit code (an int) last."""
+    ) -> Iterator[bytes | int]:
+        """Yields the command's output as it comes (bytes chunks, stdout and stderr merged),
+        then its exit code (an int) last."""
         body = ExecRequest(command=command, kernel=kernel, user=user)
         try:
             with self._http.stream(
@@ -144,26 +144,26 @@ class Client:
             ) as resp:
                 _raise_for(resp)
                 for line in resp.iter_lines():
-                    if not line:
-                        continue
-                    msg = json.loads(line)
-                    if "exit_code" in msg:
-                        yield int(msg["exit_code"])
-                    else:
-                        yield str(msg["output"])
+                    item = exec_frames.decode(line)
+                    if isinstance(item, exec_frames.ExecExit):
+                        yield item.exit_code
+                    elif item is not None:
+                        yield item.data
         except httpx.TransportError as e:
-            raise TroupeError(0, "unreachable", f"cannot reach troupe at {self.url}: {e}") from e
+            self._unreachable(e)
 
     def exec(
         self, ref: str, command: list[str], kernel: str = "main1", user: str = "work"
     ) -> tuple[int, str]:
-        out, code = [], -1
+        """Runs a command to its end: its exit code and its output as text (-1: no code)."""
+        out: list[bytes] = []
+        code = -1
         for item in self.exec_stream(ref, command, kernel, user):
             if isinstance(item, int):
                 code = item
             else:
                 out.append(item)
-        return code, "".join(out)
+        return code, b"".join(out).decode(errors="replace")
 
     # folders, users, agents, images
     def create_folder(self, name: str) -> FolderInfo:

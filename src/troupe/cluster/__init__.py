@@ -15,6 +15,7 @@ from troupe.cluster.contract import (
     cluster_hostnames,
     hostfile_text,
     replicas_text,
+    reserved_names,
 )
 from troupe.cluster.dist import derive_dist_env
 from troupe.cluster.keys import SSHKeyPair, generate_ed25519
@@ -39,6 +40,7 @@ __all__ = [
     "hostfile_text",
     "known_hosts_text",
     "replicas_text",
+    "reserved_names",
     "ssh_client_config_text",
     "sshd_config_text",
 ]

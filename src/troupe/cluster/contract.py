@@ -9,10 +9,24 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from enum import StrEnum
+from typing import Literal
 
-ClusterMode = Literal["single-node", "multi-node"]
-DistEnvMode = Literal["default", "per-container"]
+
+class ClusterMode(StrEnum):
+    """Where a session's kernels may go: all on one agent, or spread over several."""
+
+    SINGLE_NODE = "single-node"
+    MULTI_NODE = "multi-node"
+
+
+class DistEnvMode(StrEnum):
+    """``per-container`` adds WORLD_SIZE/RANK/LOCAL_RANK for one process per kernel."""
+
+    DEFAULT = "default"
+    PER_CONTAINER = "per-container"
+
+
 Role = Literal["main", "sub"]
 
 SSH_PORT = 2200
@@ -21,6 +35,15 @@ RESERVED_ENV_PREFIX = "BACKENDAI_"
 
 #: The one reserved name a user may set: it is the knob for the distributed master/base port.
 USER_SETTABLE_RESERVED = frozenset({"BACKENDAI_DIST_MASTER_PORT"})
+
+
+
+def reserved_names(environ: Mapping[str, str]) -> list[str]:
+    """The names in ``environ`` a user may not set (``BACKENDAI_*`` but the settable one)."""
+    return sorted(
+        k for k in environ if k.startswith(RESERVED_ENV_PREFIX) and k not in USER_SETTABLE_RESERVED
+    )
+
 
 #: Every variable of SPEC section 5's first table; set in every kernel, including size 1.
 CLUSTER_ENV_NAMES: tuple[str, ...] = (
@@ -77,19 +100,19 @@ def replicas_text(size: int) -> str:
 def build_cluster(
     session_id: str,
     kernel_ids: Sequence[str],
-    mode: ClusterMode,
+    mode: ClusterMode | str,
     user_environ: Mapping[str, str] | None = None,
-    dist_env: DistEnvMode = "default",
+    dist_env: DistEnvMode | str = DistEnvMode.DEFAULT,
 ) -> list[KernelContract]:
     """One contract per kernel (main1, sub1, ...), each with the environment the agent sets.
 
     `kernel_ids[0]` is main1's id and must equal `session_id`, as SPEC section 5 promises
     programs that compare BACKENDAI_SESSION_ID with BACKENDAI_KERNEL_ID.
     """
-    if mode not in get_args(ClusterMode):
-        raise ValueError(f"invalid cluster mode: {mode!r}")
-    if dist_env not in get_args(DistEnvMode):
-        raise ValueError(f"invalid dist_env: {dist_env!r}")
+    try:
+        mode, dist_env = ClusterMode(mode), DistEnvMode(dist_env)
+    except ValueError as e:
+        raise ValueError(f"invalid cluster mode or dist_env: {e}") from None
     size = len(kernel_ids)
     if size < 1:
         raise ValueError("a session needs at least one kernel")
@@ -98,9 +121,7 @@ def build_cluster(
     if len(set(kernel_ids)) != size:
         raise ValueError("kernel ids must be unique")
     user = dict(user_environ or {})
-    reserved = sorted(
-        k for k in user if k.startswith(RESERVED_ENV_PREFIX) and k not in USER_SETTABLE_RESERVED
-    )
+    reserved = reserved_names(user)
     if reserved:
         raise ValueError(f"reserved environment variable(s) cannot be set: {', '.join(reserved)}")
 
@@ -109,11 +130,11 @@ def build_cluster(
         "BACKENDAI_CLUSTER_SIZE": str(size),
         "BACKENDAI_CLUSTER_HOSTS": ",".join(hosts),
         "BACKENDAI_CLUSTER_REPLICAS": replicas_text(size),
-        "BACKENDAI_CLUSTER_MODE": mode,
+        "BACKENDAI_CLUSTER_MODE": mode.value,
         "BACKENDAI_SESSION_ID": session_id,
     }
-    if dist_env == "per-container":
-        common["BACKENDAI_DIST_ENV"] = "per-container"
+    if dist_env is DistEnvMode.PER_CONTAINER:
+        common["BACKENDAI_DIST_ENV"] = dist_env.value
 
     contracts: list[KernelContract] = []
     for rank, (kernel_id, host) in enumerate(zip(kernel_ids, hosts, strict=True)):

@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Mapping
 
-from troupe.cluster.contract import DEFAULT_MASTER_PORT
+from troupe.cluster.contract import DEFAULT_MASTER_PORT, DistEnvMode
 
 _MAX_DIGITS = 18
 _DIST_HOST_RE = re.compile(r"[A-Za-z0-9._-]+")
@@ -60,7 +60,7 @@ def derive_dist_env(environ: Mapping[str, str]) -> dict[str, str]:
         "MASTER_PORT": str(base),
         "TF_CONFIG": json.dumps(tf_config),
     }
-    if environ.get("BACKENDAI_DIST_ENV") == "per-container":
+    if environ.get("BACKENDAI_DIST_ENV") == DistEnvMode.PER_CONTAINER:
         derived |= {
             "WORLD_SIZE": size,
             "RANK": str(rank),

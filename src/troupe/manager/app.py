@@ -1,57 +1,62 @@
-"""The manager's FastAPI application: wiring of store, registry, agents and routes."""
+"""The manager's FastAPI application: wiring of store, registry, agents and routes.
+
+The agents are handed in (the composition root ``troupe.main`` makes the in-process Docker
+agent; tests hand in fakes), so the manager imports nothing of ``troupe.agent``.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from troupe import __version__
-from troupe.agent.base import AgentBackend
-from troupe.agent.docker_backend import DockerAgent
-from troupe.manager import errors
+from troupe.api import edge
+from troupe.api.agent import AgentBackend
 from troupe.manager.auth import ensure_admin
+from troupe.manager.changes import ChangeBus
 from troupe.manager.config import ServerConfig
+from troupe.manager.fleet import RemoteFactory
 from troupe.manager.registry import Registry
+from troupe.manager.remote_agent import RemoteAgent
 from troupe.manager.routes import agents as agent_routes
 from troupe.manager.routes import folders, misc, sessions, users
-from troupe.manager.store.db import make_engine, migrate, sessionmaker
+from troupe.manager.store.db import make_engine, migrate
+from troupe.manager.store.unit import Store
 
 log = logging.getLogger(__name__)
 
 
-def create_app(config: ServerConfig) -> FastAPI:
+def create_app(
+    config: ServerConfig,
+    local_agents: Mapping[str, AgentBackend] | None = None,
+    remote: RemoteFactory = RemoteAgent,
+) -> FastAPI:
+    """``local_agents``: in-process agents by id; ``remote`` makes the handle on an agent of
+    another host when it registers."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         engine = make_engine(config.database_url)
         await migrate(engine)
-        db = sessionmaker(engine)
+        store = Store(engine, ChangeBus())
         config.resolve_agent_token()
-        async with db() as s:
+        async with store() as s:
             if await ensure_admin(
                 s, config.credentials_file, f"http://{config.host}:{config.port}"
             ):
                 log.warning("created user admin; API key written to %s", config.credentials_file)
-        agents: dict[str, AgentBackend] = {}
-        if config.local_agent:
-            agents["local"] = DockerAgent(
-                "local",
-                docker_url=config.docker_url,
-                cpu=config.agent_cpu,
-                mem=config.agent_mem,
-                data_root=config.data_dir,
-            )
-        registry = Registry(config, db, agents)
+        registry = Registry(config, store, dict(local_agents or {}), remote)
         try:
             await registry.start()
         except BaseException:
             await registry.stop()
             await engine.dispose()
             raise
-        app.state.config, app.state.db, app.state.registry = config, db, registry
+        app.state.config, app.state.db, app.state.registry = config, store, registry
         try:
             yield
         finally:
@@ -64,7 +69,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         summary="Cluster compute sessions on Docker",
         lifespan=lifespan,
     )
-    errors.install(app)
+    edge.install(app)
     for module in (sessions, folders, users, misc, agent_routes):
         app.include_router(module.router, prefix="/v1")
     return app

@@ -1,47 +1,37 @@
-"""Manager settings: command-line flags over environment over defaults."""
+"""Manager settings: command-line flags over environment over the shared defaults."""
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-def default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "troupe"
-
-
-def default_config_dir() -> Path:
-    if "TROUPE_CONFIG_DIR" in os.environ:
-        return Path(os.environ["TROUPE_CONFIG_DIR"])
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "troupe"
+from troupe.api import defaults
 
 
 @dataclass
 class ServerConfig:
-    host: str = "127.0.0.1"
-    port: int = 8090
-    data_dir: Path = field(default_factory=default_data_dir)
-    config_dir: Path = field(default_factory=default_config_dir)
+    host: str = defaults.HOST
+    port: int = defaults.PORT
+    data_dir: Path = field(default_factory=defaults.data_dir)
+    config_dir: Path = field(default_factory=defaults.config_dir)
     db_url: str | None = None
     local_agent: bool = True
     #: Capacity the local agent offers (default: the whole host).
     agent_cpu: float | None = None
     agent_mem: int | None = None
-    max_cluster_size: int = 64
-    #: Session networks get /24 subnets out of this pool.
-    subnet_pool: str = "10.88.0.0/16"
-    subnet_prefix: int = 24
-    #: Time a session may take from SCHEDULED to RUNNING before it fails.
-    create_timeout: float = 120.0
+    max_cluster_size: int = defaults.MAX_CLUSTER_SIZE
+    subnet_pool: str = defaults.SUBNET_POOL
+    subnet_prefix: int = defaults.SUBNET_PREFIX
+    create_timeout: float = defaults.CREATE_TIMEOUT_SECONDS
     docker_url: str | None = None
     #: Shared secret of manager and agents (default: generated once, kept in the config dir).
     agent_token: str | None = None
-    #: An agent silent this long is LOST and its sessions fail.
-    agent_timeout: float = 15.0
+    agent_timeout: float = defaults.AGENT_TIMEOUT_SECONDS
+    #: Seconds between orphan sweeps (containers and networks of finished sessions).
+    sweep_interval: float = 60.0
 
     def __post_init__(self) -> None:
         ipaddress.ip_network(self.subnet_pool)
@@ -72,9 +62,6 @@ class ServerConfig:
             return self.agent_token
         path = self.agent_token_file
         if not path.exists():
-            import os
-            import secrets
-
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:

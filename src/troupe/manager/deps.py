@@ -7,11 +7,13 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.requests import HTTPConnection
 
+from troupe.api.errors import Forbidden, Unauthorized
 from troupe.manager.auth import user_for_key
-from troupe.manager.errors import ApiError
 from troupe.manager.registry import Registry
 from troupe.manager.store.models import User
+from troupe.manager.store.unit import Store
 
 
 async def get_db(request: Request) -> AsyncIterator[AsyncSession]:
@@ -24,21 +26,31 @@ def get_registry(request: Request) -> Registry:
     return registry
 
 
-async def current_user(request: Request, db: Annotated[AsyncSession, Depends(get_db)]) -> User:
-    auth = request.headers.get("authorization", "")
+def api_key(conn: HTTPConnection) -> str:
+    auth = conn.headers.get("authorization", "")
     key = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
-    key = key or request.headers.get("x-api-key", "") or request.query_params.get("api_key", "")
+    return key or conn.headers.get("x-api-key", "") or conn.query_params.get("api_key", "")
+
+
+async def authenticate(store: Store, conn: HTTPConnection) -> User:
+    """The user of a request or WebSocket, from its API key."""
+    key = api_key(conn)
     if not key:
-        raise ApiError(401, "unauthorized", "missing API key (Authorization: Bearer <key>)")
-    user = await user_for_key(db, key)
+        raise Unauthorized("missing API key (Authorization: Bearer <key>)")
+    async with store() as db:
+        user = await user_for_key(db, key)
     if user is None:
-        raise ApiError(401, "unauthorized", "invalid API key")
+        raise Unauthorized("invalid API key")
     return user
+
+
+async def current_user(request: Request) -> User:
+    return await authenticate(request.app.state.db, request)
 
 
 async def admin_user(user: Annotated[User, Depends(current_user)]) -> User:
     if not user.admin:
-        raise ApiError(403, "forbidden", "admin only")
+        raise Forbidden("admin only")
     return user
 
 

@@ -1,8 +1,8 @@
 """The agents: in-process and remote ones, their rows, heartbeats and leftovers.
 
-The registry decides about sessions; the fleet knows which agents exist, what they can give
-(:meth:`Fleet.states`), whether they are alive, and removes what agents hold for sessions the
-database knows to be over.
+The fleet knows which agents exist, what they can give (:meth:`Fleet.states`) and whether
+they are alive. It decides nothing about sessions: agent loss and return and kernel exits go
+into :attr:`Fleet.events`, which the registry reads in order.
 """
 
 from __future__ import annotations
@@ -10,106 +10,118 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from troupe.agent.base import AgentBackend, AgentError, ExitHandler
-from troupe.agent.client import RemoteAgent
-from troupe.api.agent import AgentCapacity
-from troupe.api.models import FINAL_STATUSES, SessionStatus
+from troupe.api.agent import AgentBackend, AgentCapacity, KernelExit, KernelState
+from troupe.api.errors import Conflict, NotFound, TroupeError
+from troupe.api.lifecycle import (
+    SESSION_ALLOCATED,
+    SESSION_FINAL,
+    AgentStatus,
+    begin,
+    transition,
+    utcnow,
+)
 from troupe.manager.config import ServerConfig
+from troupe.manager.events import AgentBack, AgentLost, FleetEvent, KernelExited
 from troupe.manager.scheduler import AgentState
-from troupe.manager.store.models import Agent, Kernel, Session, utcnow
+from troupe.manager.store.models import Agent, Kernel, Session
+from troupe.manager.store.unit import Store, changes_of
 
 log = logging.getLogger(__name__)
-S = SessionStatus
-#: Statuses whose kernels hold resources on their agents.
-ALLOCATED = (S.SCHEDULED, S.PREPARING, S.RUNNING, S.TERMINATING)
-#: fail(session id, status info): ends a session whose agent was lost.
-FailSession = Callable[[str, dict[str, Any]], Coroutine[Any, Any, None]]
+#: Makes the manager's handle on an agent of another host: (name, address, token) -> backend.
+RemoteFactory = Callable[[str, str, str], AgentBackend]
 
 
 class Fleet:
     def __init__(
         self,
         config: ServerConfig,
-        db: async_sessionmaker[AsyncSession],
-        local: dict[str, AgentBackend],
-        fail_session: FailSession,
-        wake: Callable[[], None],
-        spawn: Callable[[Coroutine[Any, Any, None]], None],
+        store: Store,
+        local: Mapping[str, AgentBackend],
+        remote: RemoteFactory,
     ) -> None:
         self.config = config
-        self.db = db
+        self.store = store
         #: agent id -> backend; remote agents join when they register
         self.agents: dict[str, AgentBackend] = dict(local)
-        self._fail_session = fail_session
-        self._wake = wake
-        #: runs a coroutine in the background; the registry owns (and cancels) those tasks
-        self._spawn = spawn
+        self._local = set(local)
+        self._remote = remote
         #: LOST agents: skipped when removing sessions (the sweep cleans up once they are back)
         self.lost: set[str] = set()
+        self.events: asyncio.Queue[FleetEvent] = asyncio.Queue()
 
     def __getitem__(self, agent_id: str) -> AgentBackend:
-        return self.agents[agent_id]
+        agent = self.agents.get(agent_id)
+        if agent is None:
+            raise NotFound.of("agent", agent_id)
+        return agent
 
     def get(self, agent_id: str) -> AgentBackend | None:
         return self.agents.get(agent_id)
 
-    async def start(self, on_exit: ExitHandler) -> None:
+    def reachable(self) -> dict[str, AgentBackend]:
+        return {i: a for i, a in self.agents.items() if i not in self.lost}
+
+    async def start(self) -> None:
         """Starts the in-process agents and reconnects to remote ones known from before."""
         for agent_id, agent in self.agents.items():
+
+            async def on_exit(ev: KernelExit, agent_id: str = agent_id) -> None:
+                self.report_exit(agent_id, ev)
+
             await agent.start(on_exit=on_exit)
             await self._record(agent_id, await agent.capacity(), None)
-        async with self.db() as db:
+        async with self.store() as db:
             for row in (await db.execute(select(Agent))).scalars():
                 if row.address and row.id not in self.agents:
                     token = self.config.resolve_agent_token()
-                    self.agents[row.id] = RemoteAgent(row.id, row.address, token)
-                    if row.status == "LOST":
+                    self.agents[row.id] = self._remote(row.id, row.address, token)
+                    if row.status == AgentStatus.LOST:
                         self.lost.add(row.id)
 
     async def stop(self) -> None:
         for agent in self.agents.values():
             await agent.close()
 
-    async def any_has_image(self, agent_ids: list[str], image: str) -> bool:
+    def report_exit(self, agent_id: str, ev: KernelExit) -> None:
+        self.events.put_nowait(KernelExited(agent_id, ev))
+
+    async def any_has_image(self, agent_ids: Iterable[str], image: str) -> bool:
         for agent_id in agent_ids:
             agent = self.agents.get(agent_id)
-            if agent is None:
+            if agent is None or agent_id in self.lost:
                 continue
             try:
                 if await agent.has_image(image):
                     return True
-            except AgentError as e:
+            except TroupeError as e:
                 log.info("image check skips %s: %s", agent_id, e)
         return False
 
-    async def running_kernels(self) -> tuple[dict[str, dict[str, str]], set[str]]:
-        """(session id -> hostname -> container id of running kernels, unreachable agents)."""
-        running: dict[str, dict[str, str]] = defaultdict(dict)
+    async def kernels(self) -> tuple[dict[str, list[KernelState]], set[str]]:
+        """(agent id -> the troupe containers it holds, agents that could not be asked)."""
+        held: dict[str, list[KernelState]] = {}
         unreachable: set[str] = set()
-        for agent_id, agent in self.agents.items():
+        for agent_id, agent in self.reachable().items():
             try:
-                kernels = await agent.list_kernels()
-            except AgentError:
+                held[agent_id] = await agent.list_kernels()
+            except TroupeError:
                 unreachable.add(agent_id)  # its heartbeat time-out decides
-                continue
-            for k in kernels:
-                if k["state"] == "running":
-                    running[k["session_id"]][k["hostname"]] = k["container_id"]
-        return running, unreachable
+        return held, unreachable | self.lost
 
     async def states(self, db: AsyncSession) -> list[AgentState]:
-        agents = list((await db.execute(select(Agent).where(Agent.status == "ALIVE"))).scalars())
+        """Capacity and use of every ALIVE agent, counted from the database (kernels of
+        sessions that hold resources), so nothing is counted twice."""
+        agents = (await db.execute(select(Agent).where(Agent.status == AgentStatus.ALIVE))).all()
         used: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0])
         rows = await db.execute(
             select(Kernel.agent_id, Session.cpu, Session.mem, Session.gpu)
             .join(Session, Kernel.session_id == Session.id)
-            .where(Session.status.in_([s.value for s in ALLOCATED]), Kernel.agent_id.is_not(None))
+            .where(Session.status.in_(SESSION_ALLOCATED), Kernel.agent_id.is_not(None))
         )
         for agent_id, cpu, mem, gpu in rows:
             u = used[agent_id or ""]
@@ -127,16 +139,21 @@ class Fleet:
                 mem_used=int(used[a.id][1]),
                 gpu_used=int(used[a.id][2]),
             )
-            for a in agents
+            for (a,) in agents
         ]
 
-    async def _record(self, agent_id: str, cap: AgentCapacity, address: str | None) -> None:
-        """Stores what an agent reported; ``address`` None marks an in-process agent."""
-        async with self.db() as db:
+    async def _record(self, agent_id: str, cap: AgentCapacity, address: str | None) -> bool:
+        """Stores what an agent reported (``address`` None: in-process); True if it was LOST."""
+
+        async def step(db: AsyncSession) -> bool:
             row = await db.get(Agent, agent_id)
+            was_lost = False
             if row is None:
                 row = Agent(id=agent_id, name=cap.name)
+                begin(row, AgentStatus.ALIVE, changes_of(db))
                 db.add(row)
+            else:
+                was_lost = transition(row, AgentStatus.ALIVE, changes_of(db)) is not None
             row.address, row.group, row.cpu, row.mem, row.gpu = (
                 address,
                 cap.group,
@@ -149,8 +166,10 @@ class Fleet:
                 cap.data_marker,
                 cap.underlay_mtu,
             )
-            row.status, row.last_heartbeat = "ALIVE", utcnow()
-            await db.commit()
+            row.last_heartbeat = utcnow()
+            return was_lost
+
+        return await self.store.write(step)
 
     async def remove_session(self, session_id: str, agent_ids: Iterable[str]) -> dict[str, str]:
         """Removes a session's kernels on ``agent_ids``, then its networks on every agent.
@@ -164,42 +183,38 @@ class Fleet:
         async def kernels(agent: AgentBackend) -> None:
             try:
                 saved.update(await agent.remove_kernels(session_id))
-            except Exception as e:
+            except TroupeError as e:
                 log.warning("removing kernels of %s on %s: %s", session_id, agent.name, e)
 
         async def networks(agent: AgentBackend) -> None:
             try:
                 await agent.remove_session_networks(session_id)
-            except Exception as e:
+            except TroupeError as e:
                 log.warning("removing networks of %s on %s: %s", session_id, agent.name, e)
 
-        reachable = {i: a for i, a in self.agents.items() if i not in self.lost}
-        holders = [reachable[i] for i in agent_ids if i in reachable]
-        await asyncio.gather(*(kernels(a) for a in holders))
+        reachable = self.reachable()
+        await asyncio.gather(*(kernels(reachable[i]) for i in set(agent_ids) if i in reachable))
         await asyncio.gather(*(networks(a) for a in reachable.values()))
         return saved
 
     async def sweep_orphans(self) -> None:
         """Removes containers and networks of sessions this manager knows to be over."""
         held: dict[str, set[str]] = defaultdict(set)  # session id -> agents holding something
-        for agent_id, agent in list(self.agents.items()):
-            if agent_id in self.lost:
-                continue
+        for agent_id, agent in self.reachable().items():
             try:
-                ids = {k["session_id"] for k in await agent.list_kernels()}
+                ids = {k.session_id for k in await agent.list_kernels()}
                 ids |= await agent.list_session_ids_with_networks()
-            except AgentError as e:
+            except TroupeError as e:
                 log.info("orphan sweep skips %s: %s", agent_id, e)
                 continue
             for sid in ids:
                 held[sid].add(agent_id)
         if not held:
             return
-        async with self.db() as db:
+        async with self.store() as db:
             rows = await db.execute(
                 select(Session.id).where(
-                    Session.id.in_(list(held)),
-                    Session.status.in_([s.value for s in FINAL_STATUSES]),
+                    Session.id.in_(list(held)), Session.status.in_(SESSION_FINAL)
                 )
             )
             over = list(rows.scalars())
@@ -209,77 +224,63 @@ class Fleet:
 
     # -- agents on other hosts ---------------------------------------------------------
     async def register_remote(self, cap: AgentCapacity, address: str) -> None:
-        """An agent (re)joined: record it, connect to it, and reconcile what it holds."""
+        """An agent (re)joined: record it, connect to it; the registry then sweeps."""
+        if cap.name in self._local:
+            raise Conflict(f"agent name {cap.name!r} is taken by the manager's own agent")
         old = self.agents.get(cap.name)
-        if not isinstance(old, RemoteAgent) or old.address != address:
+        if old is None or getattr(old, "address", None) != address:
             if old is not None:
                 await old.close()
-            self.agents[cap.name] = RemoteAgent(
+            self.agents[cap.name] = self._remote(
                 cap.name, address, self.config.resolve_agent_token()
             )
         await self._record(cap.name, cap, address)
         self.lost.discard(cap.name)
-        self._spawn(self.sweep_orphans())
-        self._wake()
+        self.events.put_nowait(AgentBack(cap.name))
 
     async def heartbeat(self, name: str) -> bool:
         """False if the agent is unknown here (it should register again)."""
-        if name not in self.agents:
+        if name not in self.agents or name in self._local:
             return False
-        async with self.db() as db:
+
+        async def step(db: AsyncSession) -> bool | None:
             row = await db.get(Agent, name)
             if row is None:
-                return False
-            back = row.status != "ALIVE"
-            self.lost.discard(name)
-            row.status, row.last_heartbeat = "ALIVE", utcnow()
-            await db.commit()
+                return None
+            back = transition(row, AgentStatus.ALIVE, changes_of(db)) is not None
+            row.last_heartbeat = utcnow()
+            return back
+
+        back = await self.store.write(step)
+        if back is None:
+            return False
+        self.lost.discard(name)
         if back:
             log.warning("agent %s is back", name)
-            self._spawn(self.sweep_orphans())
-            self._wake()
+            self.events.put_nowait(AgentBack(name))
         return True
 
     async def check(self) -> None:
-        """Marks silent agents LOST and fails the sessions with kernels on them."""
+        """Marks silent remote agents LOST (in-process ones live as long as the manager)."""
         cutoff = self.config.agent_timeout
         now = utcnow()
-        lost: list[str] = []
-        async with self.db() as db:
+
+        async def step(db: AsyncSession) -> list[str]:
+            lost = []
             for row in (await db.execute(select(Agent))).scalars():
-                if row.address is None:  # in-process: alive as long as we are
-                    row.last_heartbeat = now
-                elif (
-                    row.status == "ALIVE"
-                    and row.last_heartbeat is not None
-                    and (now - row.last_heartbeat).total_seconds() > cutoff
-                ):
-                    row.status = "LOST"
-                    lost.append(row.id)
-                    self.lost.add(row.id)
-            await db.commit()
-            if not lost:
-                return
-            rows = await db.execute(
-                select(Kernel.session_id, Kernel.hostname, Kernel.agent_id)
-                .join(Session, Kernel.session_id == Session.id)
-                .where(Kernel.agent_id.in_(lost), Session.status.in_([s.value for s in ALLOCATED]))
-                .order_by(Kernel.rank)
-            )
-            victims: dict[str, tuple[str, str]] = {}
-            for sid, host, agent_id in rows:
-                victims.setdefault(sid, (host, agent_id or ""))
-        for agent_id in lost:
-            log.warning("agent %s lost (no heartbeat for %g s)", agent_id, cutoff)
-        for sid, (host, agent_id) in victims.items():
-            self._spawn(
-                self._fail_session(
-                    sid,
-                    {
-                        "reason": "agent lost",
-                        "agent": agent_id,
-                        "kernel": host,
-                        "message": f"agent {agent_id} sent no heartbeat for {cutoff:g} s",
-                    },
+                if row.id in self._local:
+                    continue
+                silent = row.last_heartbeat is None or (
+                    (now - row.last_heartbeat).total_seconds() > cutoff
                 )
+                if row.status == AgentStatus.ALIVE and silent:
+                    transition(row, AgentStatus.LOST, changes_of(db), now)
+                    lost.append(row.id)
+            return lost
+
+        for agent_id in await self.store.write(step):
+            self.lost.add(agent_id)
+            log.warning("agent %s lost (no heartbeat for %g s)", agent_id, cutoff)
+            self.events.put_nowait(
+                AgentLost(agent_id, f"agent {agent_id} sent no heartbeat for {cutoff:g} s")
             )

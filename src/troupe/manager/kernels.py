@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from troupe.api.agent import FileSpec, KernelSpec, MountSpec
+from troupe.api.models import SessionType
 from troupe.cluster import (
     KernelContract,
     build_cluster,
@@ -114,16 +115,16 @@ def session_kernel_specs(s: Session) -> list[KernelSpec]:
     contracts = build_cluster(
         s.id,
         [k.id for k in s.kernels],
-        s.cluster_mode,  # type: ignore[arg-type]
+        s.cluster_mode,
         s.environ,
-        s.dist_env,  # type: ignore[arg-type]
+        s.dist_env,
     )
     plan = SessionPlan(
         session_id=s.id,
         owner=s.owner_id,
         image=s.image,
         network=s.network,
-        batch=s.type == "batch",
+        batch=s.type == SessionType.BATCH,
         startup_command=s.startup_command,
         cpu=s.cpu,
         mem=s.mem,

@@ -45,12 +45,18 @@ async def merged(streams: Mapping[str, AsyncIterator[str]], follow: bool) -> Asy
     """Lines of all kernels prefixed ``[host] ``; by timestamp, or as they come when following."""
     if not follow:
         rows: list[tuple[str, int, str]] = []
+        failure: Exception | None = None
         for order, (host, stream) in enumerate(streams.items()):
-            async for line in stream:
-                ts, _ = split_timestamp(line)
-                rows.append((ts, order, f"[{host}] {strip(line)}"))
+            try:
+                async for line in stream:
+                    ts, _ = split_timestamp(line)
+                    rows.append((ts, order, f"[{host}] {strip(line)}"))
+            except Exception as e:  # keep the kernels that answer; say it at the end
+                failure = failure or e
         for _, _, text in sorted(rows, key=lambda r: (r[0], r[1])):
             yield text
+        if failure is not None:
+            raise failure
         return
     queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=1000)
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from troupe.agent.base import AgentError
+from troupe.api.errors import AgentFailed
 
 #: Bytes VXLAN adds to every packet of an overlay network.
 VXLAN_OVERHEAD = 50
@@ -46,14 +46,14 @@ def plan_network(
         markers = {by_id[a].data_marker for a in placement}
         if len(markers) > 1 or "" in markers:
             names = ", ".join(f"{a} ({by_id[a].data_marker or 'no marker'})" for a in placement)
-            raise AgentError(
+            raise AgentFailed(
                 f"data folders need shared storage, but agents {names} do not report the same "
                 "data root"
             )
     own = [a for a in placement if by_id[a].swarm_manager]
     others = [a.id for a in agents if a.swarm_manager and a.alive and a.id not in placement]
     if not own + others:
-        raise AgentError("kernels span agents, but no agent's engine is a Swarm manager")
+        raise AgentFailed("kernels span agents, but no agent's engine is a Swarm manager")
     mtus = [by_id[a].underlay_mtu for a in placement if by_id[a].underlay_mtu]
     mtu = min(mtus) - VXLAN_OVERHEAD if mtus else 0
     return NetworkPlan("overlay", (own + others)[0], mtu)
@@ -65,4 +65,4 @@ def free_subnet(pool: str, prefix: int, used: Iterable[str]) -> str:
     for net in ipaddress.ip_network(pool).subnets(new_prefix=prefix):
         if not any(net.overlaps(t) for t in taken):
             return str(net)
-    raise AgentError(f"no free subnet left in {pool}")
+    raise AgentFailed(f"no free subnet left in {pool}")

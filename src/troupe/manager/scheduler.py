@@ -10,7 +10,18 @@ from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from troupe.cluster.contract import ClusterMode
+
 EPS = 1e-9
+
+
+def kernels_fitting(cpu_free: float, mem_free: float, gpu_free: float, req: Request) -> int:
+    """How many kernels of ``req`` fit in the free resources: the one resource-fit rule."""
+    n = int((cpu_free + EPS) // req.cpu) if req.cpu > 0 else 10**9
+    n = min(n, int(mem_free // req.mem) if req.mem > 0 else 10**9)
+    if req.gpu > 0:
+        n = min(n, int(gpu_free // req.gpu))
+    return max(n, 0)
 
 
 @dataclass(frozen=True)
@@ -38,11 +49,7 @@ class AgentState:
 
     def kernels_fitting(self, req: Request) -> int:
         """How many kernels of ``req`` fit in what is free."""
-        n = int((self.cpu_free + EPS) // req.cpu) if req.cpu > 0 else 10**9
-        n = min(n, self.mem_free // req.mem if req.mem > 0 else 10**9)
-        if req.gpu > 0:
-            n = min(n, self.gpu_free // req.gpu)
-        return max(n, 0)
+        return kernels_fitting(self.cpu_free, self.mem_free, self.gpu_free, req)
 
     def take(self, req: Request, kernels: int) -> AgentState:
         return replace(
@@ -98,7 +105,7 @@ def never_fits(req: Request, agents: Sequence[AgentState]) -> str | None:
     ]
     if not group:
         return f"no agent in resource group {req.group!r}"
-    if req.mode == "single-node":
+    if req.mode == ClusterMode.SINGLE_NODE:
         if any(a.kernels_fitting(req) >= req.size for a in group):
             return None
         best = max(group, key=lambda a: a.kernels_fitting(req))
@@ -144,13 +151,10 @@ class _Group:
 
     def fitting(self, agent_id: str, req: Request) -> int:
         cpu, mem, gpu = self.free[agent_id]
-        n = min(int((cpu + EPS) // req.cpu), int(mem // req.mem))
-        if req.gpu > 0:
-            n = min(n, int(gpu // req.gpu))
-        return max(n, 0)
+        return kernels_fitting(cpu, mem, gpu, req)
 
     def dominated(self, req: Request) -> bool:
-        multi = req.mode == "multi-node"
+        multi = req.mode == ClusterMode.MULTI_NODE
         return any(
             (f_multi or not multi)
             and size <= req.size
@@ -165,7 +169,8 @@ class _Group:
             return None
         placed = self._place(req)
         if placed is None:
-            self.failed.append((req.mode == "multi-node", req.size, req.cpu, req.mem, req.gpu))
+            multi = req.mode == ClusterMode.MULTI_NODE
+            self.failed.append((multi, req.size, req.cpu, req.mem, req.gpu))
         return placed
 
     def _place(self, req: Request) -> list[str] | None:
@@ -178,7 +183,7 @@ class _Group:
             f = free[agent_id]
             if f[1] >= need_mem and f[2] >= need_gpu:
                 return [agent_id] * req.size
-        if req.mode != "multi-node" or self.total_cpu + EPS < need_cpu:
+        if req.mode != ClusterMode.MULTI_NODE or self.total_cpu + EPS < need_cpu:
             return None
         # Gang over several agents: the roomiest first (fewest hosts), all or nothing.
         out: list[str] = []
@@ -191,7 +196,7 @@ class _Group:
 
     def report(self, req: Request, limit: int = 3) -> list[str]:
         """Why ``req`` does not fit: the agents closest to fitting it, one line each."""
-        n = req.size if req.mode == "single-node" else 1
+        n = req.size if req.mode == ClusterMode.SINGLE_NODE else 1
         roomiest = [self.state[a] for _, a in reversed(self.by_cpu[-limit:])]
         lines = [_shortage(a, req, n) for a in roomiest]
         if len(self.by_cpu) > limit:

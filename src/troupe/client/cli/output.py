@@ -8,19 +8,20 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
-import httpx
 import typer
-from pydantic import BaseModel
 from rich import box
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from troupe.api.errors import TroupeError
 from troupe.api.models import format_size
-from troupe.client.sdk import Client, TroupeError
+
+if TYPE_CHECKING:
+    from troupe.client.sdk import Client
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -44,8 +45,12 @@ def api_errors() -> Iterator[None]:
         yield
     except TroupeError as e:
         fail(e.message)
-    except httpx.HTTPError as e:  # anything the SDK did not wrap
-        fail(f"request failed: {e}")
+    except Exception as e:
+        import httpx  # loaded by now: only the SDK raises these
+
+        if isinstance(e, httpx.HTTPError):  # anything the SDK did not wrap
+            fail(f"request failed: {e}")
+        raise
 
 
 def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
@@ -62,6 +67,8 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
 @contextmanager
 def client() -> Iterator[Client]:
     """A :class:`Client` from the usual settings, closed at the end; API errors -> fail."""
+    from troupe.client.sdk import Client  # httpx and the models load on first use
+
     with api_errors():
         c = Client()
         try:
@@ -71,7 +78,7 @@ def client() -> Iterator[Client]:
 
 
 def to_jsonable(obj: Any) -> Any:
-    if isinstance(obj, BaseModel):
+    if hasattr(obj, "model_dump"):  # a pydantic model
         return obj.model_dump(mode="json")
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}

@@ -10,8 +10,8 @@ import hmac
 from fastapi import APIRouter, Depends, Request
 
 from troupe.api.agent import AgentCapacity, KernelExit
+from troupe.api.errors import NotFound, Unauthorized
 from troupe.manager.deps import RegistryDep
-from troupe.manager.errors import ApiError, not_found
 
 
 class AgentRegistration(AgentCapacity):
@@ -21,8 +21,9 @@ class AgentRegistration(AgentCapacity):
 
 def agent_auth(request: Request, registry: RegistryDep) -> None:
     sent = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-    if not hmac.compare_digest(sent, registry.config.resolve_agent_token()):
-        raise ApiError(401, "unauthorized", "invalid agent token")
+    token = registry.config.resolve_agent_token()
+    if not hmac.compare_digest(sent.encode(), token.encode()):
+        raise Unauthorized("invalid agent token")
 
 
 router = APIRouter(tags=["agents"], dependencies=[Depends(agent_auth)])
@@ -37,9 +38,11 @@ async def register(reg: AgentRegistration, registry: RegistryDep) -> None:
 @router.post("/agents/{name}/heartbeat", status_code=204)
 async def heartbeat(name: str, registry: RegistryDep) -> None:
     if not await registry.fleet.heartbeat(name):
-        raise not_found("agent", name)
+        raise NotFound.of("agent", name)
 
 
 @router.post("/agents/{name}/events", status_code=204)
 async def events(name: str, ev: KernelExit, registry: RegistryDep) -> None:
-    await registry.kernel_exited(ev)
+    if registry.fleet.get(name) is None:
+        raise NotFound.of("agent", name)
+    registry.fleet.report_exit(name, ev)

@@ -6,11 +6,12 @@ import uuid
 
 from fastapi import APIRouter
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 
+from troupe.api.errors import Conflict, NotFound
+from troupe.api.lifecycle import SESSION_ACTIVE
 from troupe.api.models import FolderCreate, FolderInfo
 from troupe.manager.deps import DB, CurrentUser, RegistryDep
-from troupe.manager.errors import conflict, not_found
-from troupe.manager.registry import ACTIVE
 from troupe.manager.store.models import Folder, Session
 
 router = APIRouter(tags=["folders"])
@@ -27,12 +28,16 @@ async def create_folder(
     exists = await db.execute(
         select(Folder.id).where(Folder.owner_id == user.id, Folder.name == req.name)
     )
+    taken = Conflict(f"name: a folder named {req.name!r} already exists", field="name")
     if exists.first():
-        raise conflict("name", f"name: a folder named {req.name!r} already exists")
+        raise taken
     f = Folder(id=str(uuid.uuid4()), name=req.name, owner_id=user.id)
-    (registry.config.folders_dir / f.id).mkdir(parents=True, exist_ok=True)
     db.add(f)
-    await db.commit()
+    try:
+        await db.commit()  # the unique (owner, name) constraint settles concurrent creates
+    except IntegrityError:
+        raise taken from None
+    (registry.config.folders_dir / f.id).mkdir(parents=True, exist_ok=True)
     return folder_info(f, user.name)
 
 
@@ -48,15 +53,13 @@ async def delete_folder(name: str, db: DB, user: CurrentUser, registry: Registry
         await db.execute(select(Folder).where(Folder.owner_id == user.id, Folder.name == name))
     ).scalar_one_or_none()
     if f is None:
-        raise not_found("folder", name)
+        raise NotFound.of("folder", name)
     rows = await db.execute(
-        select(Session).where(
-            Session.owner_id == user.id, Session.status.in_([s.value for s in ACTIVE])
-        )
+        select(Session).where(Session.owner_id == user.id, Session.status.in_(SESSION_ACTIVE))
     )
     users = [s.name for s in rows.scalars() if any(m["folder_id"] == f.id for m in s.mounts)]
     if users:
-        raise conflict("name", f"folder {name!r} is mounted by session(s) {', '.join(users)}")
+        raise Conflict(f"folder {name!r} is mounted by session(s) {', '.join(users)}", field="name")
     await db.delete(f)
     await db.commit()
     await registry.delete_folder_data(f.id)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 
 from fastapi import APIRouter
 from sqlalchemy import func, select
 
 from troupe import __version__
+from troupe.api.errors import TroupeError
+from troupe.api.lifecycle import SESSION_HAS_KERNELS
 from troupe.api.models import AgentInfo, ImageInfo
 from troupe.manager.deps import DB, CurrentUser, RegistryDep
 from troupe.manager.store.models import Agent, Kernel, Session
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 
@@ -26,7 +30,7 @@ async def list_agents(db: DB, _: CurrentUser, registry: RegistryDep) -> list[Age
     rows = await db.execute(
         select(Kernel.agent_id, func.count())
         .join(Session, Kernel.session_id == Session.id)
-        .where(Session.status.in_(["PREPARING", "RUNNING"]))
+        .where(Session.status.in_(SESSION_HAS_KERNELS))
         .group_by(Kernel.agent_id)
     )
     counts = {agent_id: n for agent_id, n in rows}
@@ -57,8 +61,14 @@ async def list_agents(db: DB, _: CurrentUser, registry: RegistryDep) -> list[Age
 
 @router.get("/images", response_model=list[ImageInfo], tags=["images"])
 async def list_images(_: CurrentUser, registry: RegistryDep) -> list[ImageInfo]:
+    """Images of every reachable agent; an agent that does not answer is skipped."""
     seen: dict[str, ImageInfo] = {}
-    for agent in registry.fleet.agents.values():
-        for img in await agent.images():
+    for agent in registry.fleet.reachable().values():
+        try:
+            images = await agent.images()
+        except TroupeError as e:
+            log.warning("image list skips agent %s: %s", agent.name, e)
+            continue
+        for img in images:
             seen.setdefault(img.name, img)
     return list(seen.values())

@@ -1,4 +1,8 @@
-"""/v1/sessions: create, list, get, wait, destroy, logs, exec, shell."""
+"""/v1/sessions: create, list, get, wait, destroy, logs, exec, shell.
+
+Long requests (wait, logs, exec, shell) look the session up in a short transaction and hold
+no database connection while they wait or stream.
+"""
 
 from __future__ import annotations
 
@@ -6,74 +10,25 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, WebSocket
+from fastapi import APIRouter, Query, Request, WebSocket
 from fastapi.responses import StreamingResponse
 from sqlalchemy import case, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from troupe.agent.base import ExecExit
-from troupe.api.models import (
-    ExecRequest,
-    KernelInfo,
-    Mount,
-    Resources,
-    SessionCreate,
-    SessionInfo,
-    SessionStatus,
-)
+from troupe.api import exec as wire_exec
+from troupe.api.errors import NotFound, TroupeError
+from troupe.api.lifecycle import SESSION_ACTIVE, SessionStatus
+from troupe.api.models import ExecRequest, SessionCreate, SessionInfo
 from troupe.api.shell import serve_shell
-from troupe.manager.deps import DB, CurrentUser, RegistryDep, current_user
-from troupe.manager.errors import ApiError, body, not_found
-from troupe.manager.registry import ACTIVE
+from troupe.manager import kernel_io
+from troupe.manager.deps import DB, CurrentUser, RegistryDep, authenticate
+from troupe.manager.routes.views import session_info
 from troupe.manager.store.models import Session, User
 
 router = APIRouter(tags=["sessions"])
 
 
-def session_info(s: Session) -> SessionInfo:
-    return SessionInfo(
-        id=s.id,
-        name=s.name,
-        owner=s.owner.name,
-        status=SessionStatus(s.status),
-        status_info=s.status_info,
-        type=s.type,
-        image=s.image,
-        cluster_size=s.cluster_size,
-        cluster_mode=s.cluster_mode,
-        resources=Resources(cpu=s.cpu, mem=s.mem, gpu=s.gpu),
-        mounts=[Mount(folder=m["folder"], readonly=m["readonly"]) for m in s.mounts],
-        dist_env=s.dist_env,
-        group=s.group,
-        priority=s.priority,
-        uid=s.uid,
-        gid=s.gid,
-        isolated_network=s.isolated_network,
-        network=s.network,
-        subnet=s.subnet,
-        exit_code=s.exit_code,
-        created_at=s.created_at,
-        started_at=s.started_at,
-        terminated_at=s.terminated_at,
-        kernels=[
-            KernelInfo(
-                id=k.id,
-                hostname=k.hostname,
-                role=k.role,
-                idx=k.idx,
-                rank=k.rank,
-                agent=k.agent_id,
-                container_id=k.container_id,
-                ip=k.ip,
-                status=k.status,
-                exit_code=k.exit_code,
-                oom_killed=k.oom_killed,
-            )
-            for k in s.kernels
-        ],
-    )
-
-
-async def find_session(db: DB, user: User, ref: str) -> Session:
+async def find_session(db: AsyncSession, user: User, ref: str) -> Session:
     """By id or name, among the user's own sessions (all for admins; own first).
 
     A name means the active session of that name, else the newest finished one, so logs of a
@@ -82,13 +37,18 @@ async def find_session(db: DB, user: User, ref: str) -> Session:
     q = select(Session).where((Session.id == ref) | (Session.name == ref))
     if not user.admin:
         q = q.where(Session.owner_id == user.id)
-    active = case((Session.status.in_([s.value for s in ACTIVE]), 0), else_=1)
+    active = case((Session.status.in_(SESSION_ACTIVE), 0), else_=1)
     mine = case((Session.owner_id == user.id, 0), else_=1)
     q = q.order_by(mine, active, Session.created_at.desc()).limit(1)
     s = (await db.execute(q)).scalar_one_or_none()
     if s is None:
-        raise not_found("session", ref)
+        raise NotFound.of("session", ref)
     return s
+
+
+async def lookup(request: Request | WebSocket, user: User, ref: str) -> Session:
+    async with request.app.state.db() as db:
+        return await find_session(db, user, ref)
 
 
 @router.post("/sessions", status_code=201, response_model=SessionInfo)
@@ -108,7 +68,7 @@ async def list_sessions(
     if not user.admin:
         q = q.where(Session.owner_id == user.id)
     if not all:
-        q = q.where(Session.status.in_([s.value for s in ACTIVE]))
+        q = q.where(Session.status.in_(SESSION_ACTIVE))
     return [session_info(s) for s in (await db.execute(q)).scalars()]
 
 
@@ -120,7 +80,7 @@ async def get_session(ref: str, db: DB, user: CurrentUser) -> SessionInfo:
 @router.get("/sessions/{ref}/wait", response_model=SessionInfo)
 async def wait_session(
     ref: str,
-    db: DB,
+    request: Request,
     user: CurrentUser,
     registry: RegistryDep,
     until: Annotated[Literal["running", "final", "change"], Query()] = "running",
@@ -128,66 +88,68 @@ async def wait_session(
     timeout: Annotated[float, Query(gt=0, le=300)] = 30.0,
 ) -> SessionInfo:
     """Long-poll: answers once the session is RUNNING (or over), over, or changed status."""
-    s = await find_session(db, user, ref)
+    s = await lookup(request, user, ref)
+    seen = since or s.status
 
     def done(x: Session) -> bool:
-        final = SessionStatus(x.status).is_final
+        if x.status.is_final:
+            return True
         if until == "running":
-            return final or x.status == SessionStatus.RUNNING
+            return x.status == SessionStatus.RUNNING
         if until == "final":
-            return final
-        return x.status != (since or s.status) or final
+            return False
+        return x.status != seen
 
     return session_info(await registry.wait_for(s.id, done, timeout))
 
 
 @router.delete("/sessions/{ref}", response_model=SessionInfo)
 async def destroy_session(
-    ref: str, db: DB, user: CurrentUser, registry: RegistryDep
+    ref: str, request: Request, user: CurrentUser, registry: RegistryDep
 ) -> SessionInfo:
-    s = await find_session(db, user, ref)
+    s = await lookup(request, user, ref)
     return session_info(await registry.destroy(s.id))
 
 
 @router.get("/sessions/{ref}/logs", response_class=StreamingResponse)
 async def session_logs(
     ref: str,
-    db: DB,
+    request: Request,
     user: CurrentUser,
     registry: RegistryDep,
     container: Annotated[str | None, Query(description="hostname, e.g. sub1")] = None,
     follow: bool = False,
 ) -> StreamingResponse:
-    s = await find_session(db, user, ref)
-    lines = registry.logs(s, container, follow)
-    first = await anext(lines, None)  # raise validation errors before the response starts
+    s = await lookup(request, user, ref)
+    kernel_io.check_kernel(s, container)  # a bad name is a 422, before the response starts
+    lines = kernel_io.logs(registry.fleet, registry.life.logs, s, container, follow)
 
     async def body() -> AsyncIterator[bytes]:
-        if first is not None:
-            yield first.encode()
+        try:
             async for line in lines:
                 yield line.encode()
+        except TroupeError as e:  # the status is sent already: the last line says it
+            yield f"troupe: logs ended: {e.message}\n".encode()
 
     return StreamingResponse(body(), media_type="text/plain; charset=utf-8")
 
 
 @router.post("/sessions/{ref}/exec", response_class=StreamingResponse)
 async def session_exec(
-    ref: str, req: ExecRequest, db: DB, user: CurrentUser, registry: RegistryDep
+    ref: str, req: ExecRequest, request: Request, user: CurrentUser, registry: RegistryDep
 ) -> StreamingResponse:
-    """Streams NDJSON: ``{"output": "..."}`` lines, then ``{"exit_code": N}``."""
-    s = await find_session(db, user, ref)
-    stream = await registry.exec(s, req)
+    """Streams NDJSON (troupe.api.exec): ``{"data": base64}`` lines, then ``{"exit_code": N}``."""
+    s = await lookup(request, user, ref)
+    stream = kernel_io.exec_stream(registry.fleet, s, req)
 
     async def body() -> AsyncIterator[bytes]:
-        async for item in stream:
-            if isinstance(item, ExecExit):
-                yield json.dumps({"exit_code": item.exit_code}).encode() + b"\n"
-            else:
-                text = item.data.decode(errors="replace")
-                yield json.dumps({"output": text}).encode() + b"\n"
+        try:
+            async for item in stream:
+                yield wire_exec.encode(item)
+        except TroupeError as e:  # the status is sent already: the last line says it
+            yield wire_exec.encode(e)
 
-    return StreamingResponse(body(), media_type="application/x-ndjson")
+    return StreamingResponse(body(), media_type=wire_exec.MEDIA_TYPE)
 
 
 @router.websocket("/sessions/{ref}/shell")
@@ -199,15 +161,16 @@ async def session_shell(ws: WebSocket, ref: str, kernel: str = "main1") -> None:
     Errors before the shell starts: ``{"error": {...}}`` then close code 4000 + HTTP status.
     Auth: ``Authorization: Bearer KEY`` header (or ``api_key`` query parameter for browsers).
     """
+    from troupe.api.edge import http_status
+
     await ws.accept()
-    async with ws.app.state.db() as db:
-        try:
-            user = await current_user(ws, db)  # type: ignore[arg-type]
-            s = await find_session(db, user, ref)
-            agent, container_id = ws.app.state.registry.kernel_target(s, kernel)
-        except ApiError as e:
-            await ws.send_text(json.dumps(body(e.code, e.message, e.field)))
-            await ws.close(code=4000 + e.status)
-            return
+    try:
+        user = await authenticate(ws.app.state.db, ws)
+        s = await lookup(ws, user, ref)
+        agent, container_id = kernel_io.kernel_target(ws.app.state.registry.fleet, s, kernel)
+    except TroupeError as e:
+        await ws.send_text(json.dumps(e.to_wire()))
+        await ws.close(code=4000 + http_status(e))
+        return
     async with agent.shell(container_id) as sh:
         await serve_shell(ws, sh)

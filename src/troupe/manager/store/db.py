@@ -1,4 +1,4 @@
-"""Engine, sessions and schema migrations (SQLite by default, PostgreSQL by URL)."""
+"""Engine and schema migrations (SQLite by default, PostgreSQL by URL)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, event
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
-from sqlalchemy.ext.asyncio import AsyncSession as DBSession
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -48,7 +47,3 @@ async def migrate(engine: AsyncEngine) -> None:
 
     async with engine.begin() as conn:
         await conn.run_sync(upgrade)
-
-
-def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[DBSession]:
-    return async_sessionmaker(engine, expire_on_commit=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from sqlalchemy import (
@@ -11,18 +12,56 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     Dialect,
+    Enum,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
+    UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from troupe.api import defaults
+from troupe.api.lifecycle import (
+    SESSION_ACTIVE,
+    SESSION_ALLOCATED,
+    AgentStatus,
+    KernelStatus,
+    SessionStatus,
+    utcnow,
+)
+from troupe.api.models import SessionType
+from troupe.cluster.contract import ClusterMode, DistEnvMode
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+__all__ = ["Agent", "Base", "Folder", "Kernel", "Session", "User", "utcnow"]
+
+
+#: The partial index's predicate (migration 0003 writes the same text).
+ACTIVE_SQL = "status IN ({})".format(", ".join(f"'{s.value}'" for s in sorted(SESSION_ACTIVE)))
+ALLOCATED_SQL = "subnet IS NOT NULL AND status IN ({})".format(
+    ", ".join(f"'{s.value}'" for s in sorted(SESSION_ALLOCATED))
+)
+
+
+def enum_column(enum: type[StrEnum]) -> Enum:
+    """The enum stored as its plain string (VARCHAR(16)): rows written before stay valid."""
+    return Enum(
+        enum,
+        native_enum=False,
+        create_constraint=False,
+        length=16,
+        values_callable=lambda e: [m.value for m in e],
+        validate_strings=True,
+    )
+
+
+# Sessions, kernels and agents carry a ``version`` column (optimistic locking): an UPDATE of a
+# row that changed since it was read fails with StaleDataError instead of silently overwriting
+# (e.g. a destroy racing the scheduler); store/unit.py retries the step on fresh rows.
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -53,7 +92,7 @@ class Base(DeclarativeBase):
 class User(Base):
     __tablename__ = "users"
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
-    name: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)  # uq: 0001
     admin: Mapped[bool] = mapped_column(Boolean, default=False)
     key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -63,9 +102,9 @@ class Agent(Base):
     __tablename__ = "agents"
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
-    group: Mapped[str] = mapped_column(String(64), default="default")
+    group: Mapped[str] = mapped_column(String(64), default=defaults.GROUP)
     address: Mapped[str | None] = mapped_column(String(255), nullable=True)
-    status: Mapped[str] = mapped_column(String(16), default="ALIVE")
+    status: Mapped[AgentStatus] = mapped_column(enum_column(AgentStatus))
     cpu: Mapped[float] = mapped_column(Float)
     mem: Mapped[int] = mapped_column(BigInteger)
     gpu: Mapped[int] = mapped_column(Integer, default=0)
@@ -73,10 +112,13 @@ class Agent(Base):
     data_marker: Mapped[str] = mapped_column(String(64), default="")
     underlay_mtu: Mapped[int] = mapped_column(Integer, default=0)
     last_heartbeat: Mapped[datetime | None] = mapped_column()
+    version: Mapped[int] = mapped_column(Integer, server_default="0")
+    __mapper_args__ = {"version_id_col": version}  # noqa: RUF012
 
 
 class Folder(Base):
     __tablename__ = "folders"
+    __table_args__ = (UniqueConstraint("owner_id", "name", name="uq_folders_owner_name"),)
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     name: Mapped[str] = mapped_column(String(64))
     owner_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
@@ -88,20 +130,26 @@ class Session(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     name: Mapped[str] = mapped_column(String(64), index=True)
     owner_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
-    status: Mapped[str] = mapped_column(String(16), index=True)
+    status: Mapped[SessionStatus] = mapped_column(enum_column(SessionStatus), index=True)
     status_info: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    type: Mapped[str] = mapped_column(String(16))
+    #: status (or phase) -> ISO time it was reached; written by troupe.api.lifecycle
+    timeline: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: the final status a TERMINATING session will reach (survives a manager restart)
+    ending: Mapped[SessionStatus | None] = mapped_column(
+        enum_column(SessionStatus), nullable=True
+    )
+    type: Mapped[SessionType] = mapped_column(enum_column(SessionType))
     image: Mapped[str] = mapped_column(String(255))
     cluster_size: Mapped[int] = mapped_column(Integer)
-    cluster_mode: Mapped[str] = mapped_column(String(16))
+    cluster_mode: Mapped[ClusterMode] = mapped_column(enum_column(ClusterMode))
     cpu: Mapped[float] = mapped_column(Float)
     mem: Mapped[int] = mapped_column(BigInteger)
     gpu: Mapped[int] = mapped_column(Integer, default=0)
     mounts: Mapped[list[Any]] = mapped_column(default=list)
     environ: Mapped[dict[str, Any]] = mapped_column(default=dict)
     startup_command: Mapped[str | None] = mapped_column(Text, nullable=True)
-    dist_env: Mapped[str] = mapped_column(String(16), default="default")
-    group: Mapped[str] = mapped_column(String(64), default="default")
+    dist_env: Mapped[DistEnvMode] = mapped_column(enum_column(DistEnvMode))
+    group: Mapped[str] = mapped_column(String(64), default=defaults.GROUP)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     max_pending_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     uid: Mapped[int] = mapped_column(Integer, default=1000)
@@ -116,6 +164,7 @@ class Session(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column()
     terminated_at: Mapped[datetime | None] = mapped_column()
+    version: Mapped[int] = mapped_column(Integer, server_default="0")
     kernels: Mapped[list[Kernel]] = relationship(
         back_populates="session",
         order_by="Kernel.rank",
@@ -123,6 +172,27 @@ class Session(Base):
         cascade="all, delete-orphan",
     )
     owner: Mapped[User] = relationship(lazy="selectin")
+    __mapper_args__ = {"version_id_col": version}  # noqa: RUF012
+    __table_args__ = (
+        # A name is unique per owner among active sessions; the database enforces it, so two
+        # concurrent creates cannot both win.
+        Index(
+            "uq_sessions_active_name",
+            "owner_id",
+            "name",
+            unique=True,
+            sqlite_where=text(ACTIVE_SQL),
+            postgresql_where=text(ACTIVE_SQL),
+        ),
+        # Two sessions prepared at once cannot claim the same subnet, on either database.
+        Index(
+            "uq_sessions_allocated_subnet",
+            "subnet",
+            unique=True,
+            sqlite_where=text(ALLOCATED_SQL),
+            postgresql_where=text(ALLOCATED_SQL),
+        ),
+    )
 
 
 class Kernel(Base):
@@ -136,10 +206,13 @@ class Kernel(Base):
     agent_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     container_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     ip: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[KernelStatus] = mapped_column(enum_column(KernelStatus))
+    timeline: Mapped[dict[str, Any]] = mapped_column(default=dict)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     oom_killed: Mapped[bool] = mapped_column(Boolean, default=False)
     host_public_key: Mapped[str] = mapped_column(Text)
     #: The kernel's sshd host key; stays in the database so a restarted kernel keeps it.
     host_private_key: Mapped[str] = mapped_column(Text)
+    version: Mapped[int] = mapped_column(Integer, server_default="0")
     session: Mapped[Session] = relationship(back_populates="kernels")
+    __mapper_args__ = {"version_id_col": version}  # noqa: RUF012

@@ -1,8 +1,11 @@
-"""The manager's handle on an agent of another host: :class:`AgentBackend` over HTTP."""
+"""The manager's handle on an agent of another host: :class:`AgentBackend` over HTTP.
+
+Errors come back in the shared shape and are raised as the same domain errors the agent
+raised (:func:`troupe.api.errors.from_wire`); a transport failure is :class:`AgentFailed`.
+"""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator, Sequence
@@ -11,9 +14,18 @@ from typing import Any
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
 
-from troupe.agent.app import PREFIX
-from troupe.agent.base import AgentError, ExecExit, ExecOutput, ExitHandler
-from troupe.api.agent import AgentCapacity, KernelSpec, KernelStarted, NetworkSpec
+from troupe.api import exec as wire_exec
+from troupe.api.agent import (
+    AGENT_PREFIX,
+    AgentCapacity,
+    ExitHandler,
+    KernelSpec,
+    KernelStarted,
+    KernelState,
+    NetworkSpec,
+)
+from troupe.api.errors import AgentFailed, from_wire
+from troupe.api.exec import ExecItem
 from troupe.api.models import ImageInfo
 
 
@@ -40,13 +52,23 @@ class RemoteShell:
         return self._code
 
 
+def _raise_for(agent: str, resp: httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    raise from_wire(resp.status_code, body, f"agent {agent}: HTTP {resp.status_code}")
+
+
 class RemoteAgent:
     def __init__(self, name: str, address: str, token: str) -> None:
         self.name = name
         self.address = address.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"}
         self._http = httpx.AsyncClient(
-            base_url=self.address + PREFIX, headers=self._headers, timeout=httpx.Timeout(30.0)
+            base_url=self.address + AGENT_PREFIX, headers=self._headers, timeout=httpx.Timeout(30.0)
         )
 
     async def start(self, on_exit: ExitHandler | None = None) -> None:
@@ -59,15 +81,8 @@ class RemoteAgent:
         try:
             resp = await self._http.request(method, path, timeout=timeout, **kw)
         except httpx.HTTPError as e:
-            raise AgentError(f"agent {self.name} unreachable: {e!r}") from e
-        if resp.status_code >= 400:
-            try:
-                err = resp.json()["error"]
-                raise AgentError(err["message"], kernel=err.get("kernel"))
-            except (ValueError, KeyError, TypeError):
-                raise AgentError(
-                    f"agent {self.name}: HTTP {resp.status_code} {resp.text}"
-                ) from None
+            raise AgentFailed(f"agent {self.name} unreachable: {e!r}") from e
+        _raise_for(self.name, resp)
         return resp.json() if resp.content else None
 
     async def capacity(self) -> AgentCapacity:
@@ -110,42 +125,50 @@ class RemoteAgent:
     async def remove_kernels(self, session_id: str) -> dict[str, str]:
         return dict(await self._call("DELETE", f"/sessions/{session_id}/kernels", timeout=120))
 
-    async def list_kernels(self) -> list[dict[str, Any]]:
-        return list(await self._call("GET", "/kernels"))
+    async def list_kernels(self) -> list[KernelState]:
+        return [KernelState.model_validate(x) for x in await self._call("GET", "/kernels")]
 
     async def list_session_ids_with_networks(self) -> set[str]:
         return set(await self._call("GET", "/network-sessions"))
 
     async def logs(self, container_id: str, follow: bool = False) -> AsyncIterator[str]:
-        async with self._http.stream(
-            "GET", f"/containers/{container_id}/logs", params={"follow": follow}, timeout=None
-        ) as resp:
-            async for line in resp.aiter_lines():
-                yield line + "\n"
+        try:
+            async with self._http.stream(
+                "GET", f"/containers/{container_id}/logs", params={"follow": follow}, timeout=None
+            ) as resp:
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    _raise_for(self.name, resp)
+                async for line in resp.aiter_lines():
+                    yield line + "\n"
+        except httpx.HTTPError as e:
+            raise AgentFailed(f"agent {self.name} unreachable: {e!r}") from e
 
     async def exec_stream(
         self, container_id: str, command: list[str], user: str = "work"
-    ) -> AsyncIterator[ExecOutput | ExecExit]:
-        async with self._http.stream(
-            "POST",
-            f"/containers/{container_id}/exec",
-            json={"command": command, "user": user},
-            timeout=None,
-        ) as resp:
-            if resp.status_code >= 400:
-                await resp.aread()
-                raise AgentError(f"agent {self.name}: exec failed: {resp.text}")
-            async for line in resp.aiter_lines():
-                if not line:
-                    continue
-                msg = json.loads(line)
-                if "exit_code" in msg:
-                    yield ExecExit(int(msg["exit_code"]))
-                else:
-                    yield ExecOutput(base64.b64decode(msg["data"]))
+    ) -> AsyncIterator[ExecItem]:
+        try:
+            async with self._http.stream(
+                "POST",
+                f"/containers/{container_id}/exec",
+                json={"command": command, "user": user},
+                timeout=None,
+            ) as resp:
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    _raise_for(self.name, resp)
+                async for line in resp.aiter_lines():
+                    item = wire_exec.decode(line)
+                    if item is not None:
+                        yield item
+        except httpx.HTTPError as e:
+            raise AgentFailed(f"agent {self.name} unreachable: {e!r}") from e
 
     @contextlib.asynccontextmanager
     async def shell(self, container_id: str, user: str = "work") -> AsyncIterator[RemoteShell]:
-        url = self.address.replace("http", "ws", 1) + f"{PREFIX}/containers/{container_id}/shell"
+        url = (
+            self.address.replace("http", "ws", 1)
+            + f"{AGENT_PREFIX}/containers/{container_id}/shell"
+        )
         async with connect(f"{url}?user={user}", additional_headers=self._headers) as ws:
             yield RemoteShell(ws)

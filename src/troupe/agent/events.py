@@ -1,0 +1,104 @@
+"""Kernels that stop on their own, read from the engine's event stream.
+
+A batch kernel finishing, a crash or the OOM killer are only visible here; the manager learns
+of them as :class:`KernelExit` (with the last lines of output to say why). Containers that
+troupe removes die too: the manager decides which exits matter, by the session's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiodocker
+from aiodocker.exceptions import DockerError
+
+from troupe.agent.logs import last_lines
+from troupe.api.agent import LABEL_KERNEL, LABEL_SESSION, ExitHandler, KernelExit
+
+log = logging.getLogger(__name__)
+
+#: Lines of output a KernelExit carries.
+LAST_LINES = 20
+#: Back-off between reconnections to a broken event stream (first, most), in seconds.
+RECONNECT_DELAY = (0.1, 5.0)
+
+
+class ExitWatcher:
+    """Watches the engine's events in a task and hands each kernel exit to ``on_exit``."""
+
+    def __init__(self, docker: aiodocker.Docker, on_exit: ExitHandler) -> None:
+        self._docker = docker
+        self._on_exit = on_exit
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._watch(), name="agent-events")
+
+    async def close(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _watch(self) -> None:
+        """Reconnects whenever the stream breaks (the engine restarted, the socket closed)."""
+        first, most = RECONNECT_DELAY
+        delay = first
+        while True:
+            try:
+                async for event in self._events():
+                    delay = first
+                    await self._handle(event)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("docker event stream ended: %s; reconnecting", e)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, most)
+
+    async def _events(self) -> AsyncIterator[dict[str, Any]]:
+        # The raw endpoint: aiodocker's events API hides the stream's end, which we must see
+        # to reconnect.
+        params = {
+            "filters": json.dumps(
+                {"type": ["container"], "event": ["die", "oom"], "label": [LABEL_SESSION]}
+            )
+        }
+        async with self._docker._query("events", params=params, timeout=None) as resp:
+            while line := await resp.content.readline():
+                if line.strip():
+                    yield json.loads(line)
+
+    async def _handle(self, event: dict[str, Any]) -> None:
+        exit_ = await kernel_exit(self._docker, event)
+        if exit_ is not None:
+            await self._on_exit(exit_)
+
+
+async def kernel_exit(docker: aiodocker.Docker, event: dict[str, Any]) -> KernelExit | None:
+    """The exit a ``die`` event of a troupe container reports; None for any other event."""
+    if event.get("Action") != "die":
+        return None
+    actor = event.get("Actor") or {}
+    attrs = actor.get("Attributes") or {}
+    cid = actor.get("ID") or event.get("id")
+    session_id, kernel_id = attrs.get(LABEL_SESSION), attrs.get(LABEL_KERNEL)
+    if not (cid and session_id and kernel_id):
+        return None
+    oom, error = False, ""
+    with contextlib.suppress(DockerError):
+        state = (await docker.containers.container(cid).show())["State"]
+        oom, error = bool(state.get("OOMKilled")), str(state.get("Error") or "")
+    return KernelExit(
+        session_id=session_id,
+        kernel_id=kernel_id,
+        exit_code=int(attrs.get("exitCode", -1)),
+        oom_killed=oom,
+        error=error,
+        last_logs=await last_lines(docker, cid, LAST_LINES),
+    )

@@ -1,0 +1,116 @@
+"""Commands in a kernel: streamed output, collected output and interactive terminals.
+
+Every command runs through the runner's ``exec.sh``, so it sees the same environment as the
+kernel's startup command and SSH logins (``BACKENDAI_*``, ``MASTER_ADDR``, ...). Creating the
+engine's exec is awaited before any output is read: an unknown or stopped container fails
+there, while the caller can still answer with an error instead of a broken stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiodocker
+from aiodocker.execs import Exec
+from aiodocker.stream import Stream
+
+from troupe.agent.engine import on_container, step
+from troupe.agent.kernel import RUNNER_MOUNT
+from troupe.api.errors import TroupeError
+from troupe.api.exec import ExecExit, ExecItem, ExecOutput
+
+#: A login shell with a TTY: bash if the image has it, else sh.
+LOGIN_SHELL = [
+    "/bin/sh",
+    "-c",
+    "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh -l; fi",
+]
+
+
+def _workdir(user: str) -> str:
+    return "/home/work" if user == "work" else "/"
+
+
+async def open_exec(
+    docker: aiodocker.Docker, container_id: str, command: list[str], user: str = "work"
+) -> AsyncIterator[ExecItem]:
+    """Creates the exec now (raising :class:`NotFound` / :class:`NotRunning` at once) and
+    returns its stream: output chunks, then the exit code."""
+    with on_container(container_id):
+        ex = await docker.containers.container(container_id).exec(
+            ["/bin/sh", f"{RUNNER_MOUNT}/exec.sh", *command], user=user, workdir=_workdir(user)
+        )
+    return _run(ex, container_id)
+
+
+async def _run(ex: Exec, container_id: str) -> AsyncIterator[ExecItem]:
+    with on_container(container_id):
+        async with ex.start(detach=False) as stream:
+            while (msg := await stream.read_out()) is not None:
+                yield ExecOutput(bytes(msg.data))
+        info = await ex.inspect()
+    yield ExecExit(int(info.get("ExitCode") or 0))
+
+
+async def exec_collect(
+    docker: aiodocker.Docker, container_id: str, command: list[str], user: str = "work"
+) -> tuple[int, str]:
+    """Exit code and output as text; ``(-1, why)`` when the command could not run at all (the
+    caller words the failure, naming its kernel)."""
+    out = bytearray()
+    code = -1
+    try:
+        async for item in await open_exec(docker, container_id, command, user):
+            if isinstance(item, ExecOutput):
+                out += item.data
+            else:
+                code = item.exit_code
+    except TroupeError as e:
+        return -1, e.message
+    return code, out.decode(errors="replace")
+
+
+@dataclass
+class ShellIO:
+    """Both ends of an interactive exec (a :class:`troupe.api.shell.Shell`)."""
+
+    exec: Exec
+    stream: Stream
+
+    async def read(self) -> bytes | None:
+        with step("shell"):
+            msg = await self.stream.read_out()
+        return None if msg is None else bytes(msg.data)
+
+    async def write(self, data: bytes) -> None:
+        with step("shell"):
+            await self.stream.write_in(data)
+
+    async def resize(self, rows: int, cols: int) -> None:
+        with step("shell"):
+            await self.exec.resize(h=rows, w=cols)
+
+    async def exit_code(self) -> int:
+        with step("shell"):
+            info = await self.exec.inspect()
+        return int(info.get("ExitCode") or 0)
+
+
+@contextlib.asynccontextmanager
+async def open_shell(
+    docker: aiodocker.Docker, container_id: str, user: str = "work"
+) -> AsyncIterator[ShellIO]:
+    """An interactive login shell with a TTY; the engine's refusal is raised on entry."""
+    with on_container(container_id):
+        ex = await docker.containers.container(container_id).exec(
+            ["/bin/sh", f"{RUNNER_MOUNT}/exec.sh", *LOGIN_SHELL],
+            stdin=True,
+            tty=True,
+            user=user,
+            environment={"TERM": "xterm-256color"},
+            workdir=_workdir(user),
+        )
+        async with ex.start(detach=False) as stream:
+            yield ShellIO(ex, stream)

@@ -1,0 +1,58 @@
+"""Every default that more than one side uses, defined once (ports, paths, pools, time-outs).
+
+Plain constants and path helpers: importing this module costs nothing, so the CLI may use it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: The manager's REST API.
+HOST = "127.0.0.1"
+PORT = 8090
+API_URL = f"http://{HOST}:{PORT}"
+
+#: Agents on other hosts: where they listen and how often they report.
+AGENT_LISTEN = "0.0.0.0:6011"
+AGENT_DATA_ROOT = Path("/var/lib/troupe")
+HEARTBEAT_SECONDS = 2.0
+#: An agent silent this long is LOST and its sessions fail.
+AGENT_TIMEOUT_SECONDS = 15.0
+
+#: Session networks get /24 subnets out of this pool.
+SUBNET_POOL = "10.88.0.0/16"
+SUBNET_PREFIX = 24
+#: Time a session may take from SCHEDULED to RUNNING before it fails.
+CREATE_TIMEOUT_SECONDS = 120.0
+MAX_CLUSTER_SIZE = 64
+
+#: The resource group of agents and sessions that name none.
+GROUP = "default"
+
+#: Per-kernel resources when a request names none.
+CPU = 0.5
+MEM = 512 * 1024**2
+
+
+def data_dir() -> Path:
+    """The manager's database, folders and saved logs (XDG data home)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "troupe"
+
+
+def config_dir() -> Path:
+    """Credentials and the agent token: ``TROUPE_CONFIG_DIR``, else the XDG config home."""
+    if "TROUPE_CONFIG_DIR" in os.environ:
+        return Path(os.environ["TROUPE_CONFIG_DIR"])
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "troupe"
+
+
+def credentials_file() -> Path:
+    """Where the server writes the admin's API key and clients read it (mode 0600)."""
+    return config_dir() / "credentials.json"
+
+
+def agent_token_file() -> Path:
+    return config_dir() / "agent-token"

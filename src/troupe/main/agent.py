@@ -1,0 +1,83 @@
+"""``troupe agent --manager URL --token T ...``: an agent serving this host's Docker engine to a
+manager on another host (``troupe agent list`` is the client's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from troupe.api import defaults
+
+
+def run(
+    ctx: typer.Context,
+    manager: Annotated[
+        str | None, typer.Option(help="manager URL, e.g. http://10.0.0.1:8090")
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            help="agent token (the manager's --agent-token or its config dir's agent-token file)"
+        ),
+    ] = None,
+    listen: Annotated[
+        str, typer.Option(help="ADDR:PORT this agent serves the manager on")
+    ] = defaults.AGENT_LISTEN,
+    advertise: Annotated[
+        str | None,
+        typer.Option(help="URL the manager uses to reach this agent (default: http://LISTEN)"),
+    ] = None,
+    docker_host: Annotated[
+        str | None, typer.Option(help="engine, e.g. unix:///run/docker.sock")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="agent name (default: host name)")] = None,
+    cpu: Annotated[float | None, typer.Option(help="cores to offer (default: all)")] = None,
+    mem: Annotated[str | None, typer.Option(help="memory to offer, e.g. 8g (default: all)")] = None,
+    group: Annotated[str, typer.Option(help="resource group")] = defaults.GROUP,
+    data_root: Annotated[
+        Path, typer.Option(help="data root; must be the same shared storage on every agent")
+    ] = defaults.AGENT_DATA_ROOT,
+    heartbeat: Annotated[
+        float, typer.Option(help="seconds between heartbeats")
+    ] = defaults.HEARTBEAT_SECONDS,
+) -> None:
+    """Run an agent for a manager on another host (when --manager is given)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if manager is None:
+        raise typer.BadParameter("--manager is required to run an agent", param_hint="--manager")
+    if not token:
+        raise typer.BadParameter("--token is required", param_hint="--token")
+    import asyncio
+    import logging
+    import socket
+
+    from troupe.agent.daemon import AgentConfig, AgentDaemon
+    from troupe.api.models import parse_size
+
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise typer.BadParameter("must be ADDR:PORT", param_hint="--listen")
+    try:
+        mem_bytes = parse_size(mem) if mem else None
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--mem") from e
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    config = AgentConfig(
+        manager=manager,
+        token=token,
+        listen_host=host,
+        listen_port=int(port),
+        name=name or socket.gethostname(),
+        docker_url=docker_host,
+        cpu=cpu,
+        mem=mem_bytes,
+        group=group,
+        data_root=data_root,
+        heartbeat=heartbeat,
+        advertise=advertise,
+    )
+    asyncio.run(AgentDaemon(config).run())

@@ -1,0 +1,141 @@
+"""Admission: a create request checked against the current state, stored PENDING.
+
+Reads, then asks agents (images), then writes: no agent call inside a transaction. The
+database's unique index on active names decides between concurrent creates of one name.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from troupe.api.errors import Conflict, DoesNotFit, Invalid
+from troupe.api.lifecycle import (
+    SESSION_ACTIVE,
+    Change,
+    KernelStatus,
+    SessionStatus,
+    begin,
+    utcnow,
+)
+from troupe.api.models import SessionCreate
+from troupe.cluster import build_cluster, generate_ed25519
+from troupe.manager.life.context import Life
+from troupe.manager.scheduler import Request, never_fits
+from troupe.manager.store.models import Folder, Kernel, Session, User
+from troupe.manager.store.unit import changes_of
+
+
+def _name_taken(name: str) -> Conflict:
+    return Conflict(f"name: a session named {name!r} already exists", field="name")
+
+
+async def admit(life: Life, owner: User, req: SessionCreate) -> str:
+    """Stores the session PENDING and returns its id; raises a domain error if it can't be."""
+    if req.cluster_size > life.config.max_cluster_size:
+        raise Invalid.field_rule("cluster_size", f"must be at most {life.config.max_cluster_size}")
+    async with life.store() as db:
+        taken = await db.execute(
+            select(Session.id).where(
+                Session.owner_id == owner.id,
+                Session.name == req.name,
+                Session.status.in_(SESSION_ACTIVE),
+            )
+        )
+        if taken.first():
+            raise _name_taken(req.name)
+        folders: dict[str, str] = {}
+        for m in req.mounts:
+            row = await db.execute(
+                select(Folder.id).where(Folder.owner_id == owner.id, Folder.name == m.folder)
+            )
+            folder_id = row.scalar_one_or_none()
+            if folder_id is None:
+                raise Invalid.field_rule("mounts", f"folder {m.folder!r} not found")
+            folders[m.folder] = folder_id
+        agents = await life.fleet.states(db)
+    request = Request(
+        session_id="-",
+        group=req.group,
+        mode=req.cluster_mode,
+        size=req.cluster_size,
+        cpu=req.resources.cpu,
+        mem=req.resources.mem,
+        gpu=req.resources.gpu,
+    )
+    reason = never_fits(request, agents)
+    if reason:
+        raise DoesNotFit(f"resources: {reason}", field="resources")
+    group = [a.id for a in agents if a.group == req.group]
+    if not await life.fleet.any_has_image(group, req.image):
+        raise Invalid.field_rule(
+            "image", f"image {req.image!r} not found on the agents of group {req.group!r}"
+        )
+    session_id = str(uuid.uuid4())
+
+    async def store(db: AsyncSession) -> None:
+        db.add(new_session(session_id, owner, req, folders, changes_of(db)))
+
+    try:
+        await life.store.write(store)
+    except IntegrityError:
+        raise _name_taken(req.name) from None
+    return session_id
+
+
+def new_session(
+    session_id: str,
+    owner: User,
+    req: SessionCreate,
+    folders: dict[str, str],
+    changes: list[Change],
+) -> Session:
+    """The PENDING session with its kernels and fresh SSH keys (the session's and each
+    kernel's host key)."""
+    key = generate_ed25519(comment=f"troupe-{session_id[:8]}")
+    s = Session(
+        id=session_id,
+        name=req.name,
+        owner_id=owner.id,
+        status_info={},
+        type=req.type,
+        image=req.image,
+        cluster_size=req.cluster_size,
+        cluster_mode=req.cluster_mode,
+        cpu=req.resources.cpu,
+        mem=req.resources.mem,
+        gpu=req.resources.gpu,
+        mounts=[{**m.model_dump(), "folder_id": folders[m.folder]} for m in req.mounts],
+        environ=req.environ,
+        startup_command=req.startup_command,
+        dist_env=req.dist_env,
+        group=req.group,
+        priority=req.priority,
+        max_pending_seconds=req.max_pending_seconds,
+        uid=req.uid,
+        gid=req.gid,
+        isolated_network=req.isolated_network,
+        ssh_private_key=key.private_openssh,
+        ssh_public_key=key.public_openssh,
+    )
+    s.created_at = now = utcnow()
+    begin(s, SessionStatus.PENDING, changes, now)
+    kernel_ids = [session_id] + [str(uuid.uuid4()) for _ in range(req.cluster_size - 1)]
+    for c in build_cluster(session_id, kernel_ids, req.cluster_mode, req.environ, req.dist_env):
+        hk = generate_ed25519(comment=c.hostname)
+        k = Kernel(
+            id=c.kernel_id,
+            session_id=session_id,
+            hostname=c.hostname,
+            role=c.role,
+            idx=c.idx,
+            rank=c.rank,
+            host_public_key=hk.public_openssh,
+            host_private_key=hk.private_openssh,
+        )
+        begin(k, KernelStatus.PENDING, changes, now)
+        s.kernels.append(k)
+    return s

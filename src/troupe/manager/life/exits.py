@@ -1,0 +1,98 @@
+"""Exits: a kernel stopped on its own. Fail-fast for the session, or the end of a batch.
+
+Exits of sessions still being prepared go to their preparer (see preparing.py); this module
+handles those of RUNNING sessions and records exit codes. Only the agent that holds a kernel
+may report its exit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from troupe.api.agent import KernelExit
+from troupe.api.lifecycle import KernelStatus, SessionStatus, transition
+from troupe.api.models import SessionType
+from troupe.manager.life.context import Life
+from troupe.manager.store.models import Kernel, Session
+from troupe.manager.store.unit import changes_of
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the session ends because of the exit."""
+
+    ending: SessionStatus
+    info: dict[str, Any]
+    exit_code: int | None = None
+
+
+def exit_info(ev: KernelExit, hostname: str, preparing: bool) -> dict[str, Any]:
+    """The session's status_info after a kernel's exit: which kernel, how, its last logs."""
+    reason = "kernel ran out of memory" if ev.oom_killed else "kernel exited"
+    if preparing:
+        reason += " while the session was being prepared"
+    info: dict[str, Any] = {
+        "reason": reason,
+        "kernel": hostname,
+        "exit_code": ev.exit_code,
+        "oom_killed": ev.oom_killed,
+    }
+    if ev.error:
+        info["message"] = ev.error
+    info["last_logs"] = ev.last_logs
+    return info
+
+
+def _mark(k: Kernel, ev: KernelExit, changes: list[Any]) -> None:
+    if k.status == KernelStatus.RUNNING:
+        transition(k, KernelStatus.EXITED, changes)
+    k.exit_code, k.oom_killed = ev.exit_code, ev.oom_killed
+
+
+async def record_running_exit(life: Life, agent_id: str, ev: KernelExit) -> Outcome | None:
+    """Records the exit of a RUNNING session's kernel; None when there is nothing to do."""
+
+    async def step(db: AsyncSession) -> Outcome | None:
+        s = await db.get(Session, ev.session_id, populate_existing=True)
+        if s is None or s.status != SessionStatus.RUNNING:
+            return None
+        k = next((k for k in s.kernels if k.id == ev.kernel_id), None)
+        if k is None or k.agent_id != agent_id:
+            log.warning("agent %s reported an exit of a kernel it does not hold", agent_id)
+            return None
+        if k.status != KernelStatus.RUNNING:
+            return None  # reported already
+        _mark(k, ev, changes_of(db))
+        if s.type == SessionType.BATCH and k.role == "main":
+            return Outcome(
+                SessionStatus.TERMINATED,
+                {"reason": "batch command finished", "exit_code": ev.exit_code},
+                ev.exit_code,
+            )
+        return Outcome(SessionStatus.ERROR, exit_info(ev, k.hostname, preparing=False))
+
+    return await life.store.write(step)
+
+
+async def record_exit_codes(life: Life, session_id: str, exits: Sequence[KernelExit]) -> None:
+    """Keeps the exit codes of kernels that stopped while their session was prepared."""
+    if not exits:
+        return
+
+    async def step(db: AsyncSession) -> None:
+        s = await db.get(Session, session_id, populate_existing=True)
+        if s is None:
+            return
+        by_id = {k.id: k for k in s.kernels}
+        for ev in exits:
+            if ev.kernel_id in by_id:
+                _mark(by_id[ev.kernel_id], ev, changes_of(db))
+
+    await life.store.write(step)

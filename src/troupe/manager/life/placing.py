@@ -1,0 +1,86 @@
+"""Placing: one pass of the scheduler over the PENDING sessions, in one transaction.
+
+The decision itself is the pure :func:`troupe.manager.scheduler.schedule`; this step loads
+its inputs, cancels sessions pending too long, records placements (SCHEDULED) and each
+waiting session's why-pending report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from troupe.api.lifecycle import KernelStatus, SessionStatus, transition, utcnow
+from troupe.manager.life.context import Life
+from troupe.manager.scheduler import Request, schedule
+from troupe.manager.store.models import Session
+from troupe.manager.store.unit import changes_of
+
+
+@dataclass
+class Pass:
+    placed: list[str] = field(default_factory=list)
+    #: seconds until a pending session's max_pending_seconds runs out (next pass due)
+    next_due: float | None = None
+
+
+async def place_pending(life: Life) -> Pass:
+    async def step(db: AsyncSession) -> Pass:
+        result = Pass()
+        pending = list(
+            (
+                await db.execute(select(Session).where(Session.status == SessionStatus.PENDING))
+            ).scalars()
+        )
+        if not pending:
+            return result
+        now = utcnow()
+        changes = changes_of(db)
+        live = []
+        for s in pending:
+            waited = (now - s.created_at).total_seconds()
+            if s.max_pending_seconds and waited >= s.max_pending_seconds:
+                limit = f"max_pending_seconds ({s.max_pending_seconds:g} s)"
+                s.status_info = {**s.status_info, "reason": f"pending longer than {limit}"}
+                transition(s, SessionStatus.CANCELLED, changes, now)
+                for k in s.kernels:
+                    transition(k, KernelStatus.TERMINATED, changes, now)
+                continue
+            live.append(s)
+            if s.max_pending_seconds:
+                due = s.max_pending_seconds - waited + 0.05
+                result.next_due = due if result.next_due is None else min(result.next_due, due)
+        decision = schedule(
+            [
+                Request(
+                    session_id=s.id,
+                    group=s.group,
+                    mode=s.cluster_mode,
+                    size=s.cluster_size,
+                    cpu=s.cpu,
+                    mem=s.mem,
+                    gpu=s.gpu,
+                    priority=s.priority,
+                    order=s.created_at.timestamp(),
+                )
+                for s in live
+            ],
+            await life.fleet.states(db),
+        )
+        for s in live:
+            if s.id in decision.placements:
+                for k, agent_id in zip(s.kernels, decision.placements[s.id], strict=True):
+                    k.agent_id = agent_id
+                s.status_info = {}
+                transition(s, SessionStatus.SCHEDULED, changes, now)
+                result.placed.append(s.id)
+            else:
+                reasons = decision.waiting.get(s.id, [])
+                report = {k.hostname: reasons for k in s.kernels}
+                if s.status_info.get("pending") != report:
+                    s.status_info = {"pending": report}
+        return result
+
+    return await life.store.write(step)

@@ -1,0 +1,260 @@
+"""Preparing: SCHEDULED -> PREPARING -> RUNNING in named steps.
+
+network (plan, subnet, create) -> kernels (create and start on their agents) -> readiness
+(every kernel reaches every other) -> RUNNING -> batch "go". Each step reads or writes the
+database in its own short transaction and calls agents outside any transaction.
+
+Kernel exits reported while a session is prepared are put in its :class:`Inbox` and handled
+here, at a step boundary: a failing agent call reports its own (clearer) error first; an exit
+ends the readiness wait at once. What arrives after RUNNING is the registry's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from troupe.api.agent import KernelSpec, NetworkSpec
+from troupe.api.aio import gather_all
+from troupe.api.errors import AgentFailed, TroupeError
+from troupe.api.lifecycle import (
+    SESSION_ALLOCATED,
+    AgentStatus,
+    KernelStatus,
+    SessionStatus,
+    transition,
+)
+from troupe.api.models import SessionType
+from troupe.manager.events import KernelExited
+from troupe.manager.kernels import session_kernel_specs
+from troupe.manager.life.context import Life, load
+from troupe.manager.life.exits import exit_info
+from troupe.manager.networks import AgentNet, free_subnet, plan_network
+from troupe.manager.store.models import Agent, Session
+from troupe.manager.store.unit import changes_of
+
+S, K = SessionStatus, KernelStatus
+
+
+@dataclass
+class Inbox:
+    """Kernel exits of a session being prepared, kept for the preparer."""
+
+    exits: list[KernelExited] = field(default_factory=list)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def put(self, ev: KernelExited) -> None:
+        self.exits.append(ev)
+        self.arrived.set()
+
+
+class Abandoned(Exception):
+    """The session left PREPARING meanwhile (destroyed): its teardown removes what exists."""
+
+
+class Failed(Exception):
+    """Preparing failed; ``info`` is the session's status_info (reason, kernel, message)."""
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        super().__init__(info.get("reason", "failed"))
+        self.info = info
+
+
+@dataclass
+class Plan:
+    """What the later steps need, read once when preparing begins."""
+
+    network: NetworkSpec
+    #: the agent that creates (and at the end removes) the network
+    creator: str
+    #: kernel id -> (hostname, agent id), by rank
+    kernels: dict[str, tuple[str, str]]
+    batch: bool
+
+    @property
+    def agents(self) -> list[str]:
+        return list(dict.fromkeys(a for _, a in self.kernels.values()))
+
+
+async def prepare(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] | None:
+    """Runs the steps; returns None once RUNNING (or no longer ours), else why it failed."""
+    step = "starting"
+    try:
+        async with asyncio.timeout(life.config.create_timeout):
+            step = "creating the network"
+            plan = await _begin(life, session_id)
+            if plan is None:
+                return None
+            await _create_network(life, session_id, plan)
+            step = "creating kernels"
+            containers = await _create_kernels(life, session_id, plan, inbox)
+            step = "waiting until every kernel reaches every other"
+            await _wait_ready(life, plan, containers, inbox)
+            if not await _running(life, session_id):
+                return None
+            if plan.batch:
+                step = "starting the batch command"
+                await life.fleet[plan.kernels[session_id][1]].signal_go(containers["main1"])
+    except Abandoned:
+        return None
+    except Failed as e:
+        return e.info
+    except TimeoutError:
+        return {"reason": f"timed out after {life.config.create_timeout:g} s while {step}"}
+    except TroupeError as e:
+        info: dict[str, Any] = {"reason": f"failed while {step}", "message": str(e)}
+        if e.kernel:
+            info["kernel"] = e.kernel
+        return info
+    return None
+
+
+async def _begin(life: Life, session_id: str) -> Plan | None:
+    """SCHEDULED -> PREPARING, with the network planned (bridge or overlay, its creator)."""
+
+    async def step(db: AsyncSession) -> Plan | None:
+        s = await load(db, session_id)
+        if s.status != S.SCHEDULED:
+            return None
+        kernels = {k.id: (k.hostname, k.agent_id or "") for k in s.kernels}
+        agent_ids = list(dict.fromkeys(a for _, a in kernels.values()))
+        missing = [a for a in agent_ids if life.fleet.get(a) is None]
+        if missing:
+            raise AgentFailed(f"agent {missing[0]} is not connected")
+        rows = (await db.execute(select(Agent))).scalars()
+        nets = [
+            AgentNet(
+                a.id, a.swarm_manager, a.status == AgentStatus.ALIVE, a.data_marker, a.underlay_mtu
+            )
+            for a in rows
+            if life.fleet.get(a.id)
+        ]
+        net = plan_network(nets, agent_ids, with_folders=bool(s.mounts))
+        s.network = f"troupe-{session_id[:12]}"
+        transition(s, S.PREPARING, changes_of(db))
+        spec = NetworkSpec(
+            name=s.network,
+            session_id=s.id,
+            owner=s.owner_id,
+            subnet="",
+            internal=s.isolated_network,
+            driver=net.driver,
+            mtu=net.mtu,
+        )
+        return Plan(spec, net.creator, kernels, s.type == SessionType.BATCH)
+
+    return await life.store.write(step)
+
+
+async def _create_network(life: Life, session_id: str, plan: Plan) -> None:
+    """Picks a free subnet (the database's unique index settles races) and creates it."""
+    used: list[str] = []
+    for agent_id in dict.fromkeys([*plan.agents, plan.creator]):
+        used += await life.fleet[agent_id].used_subnets()
+
+    async def claim(db: AsyncSession) -> str:
+        rows = await db.execute(
+            select(Session.subnet).where(
+                Session.status.in_(SESSION_ALLOCATED), Session.subnet.is_not(None)
+            )
+        )
+        subnet = free_subnet(
+            life.config.subnet_pool,
+            life.config.subnet_prefix,
+            [*used, *(x for x in rows.scalars() if x)],
+        )
+        s = await load(db, session_id)
+        if s.status != S.PREPARING:
+            raise Abandoned
+        s.subnet = picked[0] = subnet
+        return subnet
+
+    picked = [""]
+    for _ in range(64):
+        try:
+            plan.network.subnet = await life.store.write(claim)
+            break
+        except IntegrityError:  # another session took it a moment ago: pick again
+            used.append(picked[0])
+    else:
+        raise AgentFailed("could not claim a free subnet")
+    await life.fleet[plan.creator].create_network(plan.network)
+
+
+async def _create_kernels(life: Life, session_id: str, plan: Plan, inbox: Inbox) -> dict[str, str]:
+    """Creates and starts every kernel on its agent; returns hostname -> container id."""
+    async with life.store() as db:
+        specs = session_kernel_specs(await load(db, session_id))
+    by_agent: dict[str, list[KernelSpec]] = defaultdict(list)
+    for spec in specs:
+        by_agent[plan.kernels[spec.kernel_id][1]].append(spec)
+    started_lists = await gather_all(life.fleet[a].create_kernels(ks) for a, ks in by_agent.items())
+    started = {k.kernel_id: k for lst in started_lists for k in lst}
+    _raise_exits(plan, inbox)
+
+    async def record(db: AsyncSession) -> dict[str, str]:
+        s = await load(db, session_id)
+        if s.status != S.PREPARING:
+            raise Abandoned
+        changes = changes_of(db)
+        for k in s.kernels:
+            k.container_id, k.ip = started[k.id].container_id, started[k.id].ip
+            transition(k, K.RUNNING, changes)
+        return {k.hostname: k.container_id or "" for k in s.kernels}
+
+    return await life.store.write(record)
+
+
+async def _wait_ready(life: Life, plan: Plan, containers: dict[str, str], inbox: Inbox) -> None:
+    """The readiness barrier on every agent at once; a kernel exit ends it at once."""
+    hosts = [h for h, _ in plan.kernels.values()]
+    by_agent: dict[str, dict[str, str]] = defaultdict(dict)
+    for host, agent_id in plan.kernels.values():
+        by_agent[agent_id][host] = containers[host]
+    remaining = max(1.0, life.config.create_timeout - 1)
+    ready = asyncio.ensure_future(
+        gather_all(life.fleet[a].wait_ready(c, hosts, remaining) for a, c in by_agent.items())
+    )
+    try:
+        while not ready.done():
+            exited = asyncio.ensure_future(inbox.arrived.wait())
+            try:
+                await asyncio.wait({ready, exited}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                exited.cancel()
+            inbox.arrived.clear()
+            _raise_exits(plan, inbox)
+        await ready
+    finally:
+        ready.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await ready
+
+
+async def _running(life: Life, session_id: str) -> bool:
+    async def step(db: AsyncSession) -> bool:
+        s = await load(db, session_id)
+        if s.status != S.PREPARING:
+            return False
+        transition(s, S.RUNNING, changes_of(db))
+        return True
+
+    return await life.store.write(step)
+
+
+def _raise_exits(plan: Plan, inbox: Inbox) -> None:
+    """Fails on the first exit reported by the agent that holds the kernel (others are
+    dropped: an agent may speak only for its own kernels)."""
+    inbox.exits = [
+        e for e in inbox.exits if plan.kernels.get(e.exit.kernel_id, ("", ""))[1] == e.agent_id
+    ]
+    if inbox.exits:
+        ev = inbox.exits[0].exit
+        raise Failed(exit_info(ev, plan.kernels[ev.kernel_id][0], preparing=True))

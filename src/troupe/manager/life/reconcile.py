@@ -1,0 +1,52 @@
+"""After a manager restart: finish what was interrupted, fail what was lost.
+
+Sessions caught while being created fail (their leftovers are removed by teardown);
+TERMINATING ones finish as begun; RUNNING ones whose kernels are gone fail. Agents that cannot
+be asked now are left to their heartbeat time-out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sqlalchemy import select
+
+from troupe.api.lifecycle import SESSION_ALLOCATED, SessionStatus
+from troupe.manager.life.context import Life
+from troupe.manager.store.models import Session
+
+S = SessionStatus
+Teardown = Callable[[str, SessionStatus, dict[str, Any]], Awaitable[None]]
+
+
+async def reconcile(life: Life, teardown: Teardown) -> None:
+    async with life.store() as db:
+        rows = await db.execute(select(Session).where(Session.status.in_(SESSION_ALLOCATED)))
+        sessions = list(rows.scalars())
+    held, unreachable = await life.fleet.kernels()
+    running: dict[str, set[str]] = {}
+    for kernels in held.values():
+        for k in kernels:
+            if k.state == "running":
+                running.setdefault(k.session_id, set()).add(k.hostname)
+    for s in sessions:
+        if s.status in (S.SCHEDULED, S.PREPARING):
+            await teardown(
+                s.id, S.ERROR, {"reason": "manager restarted while the session was being created"}
+            )
+        elif s.status == S.TERMINATING:
+            await teardown(s.id, s.ending or S.TERMINATED, dict(s.status_info))
+        else:
+            missing = [
+                k.hostname
+                for k in s.kernels
+                if k.hostname not in running.get(s.id, set()) and k.agent_id not in unreachable
+            ]
+            if missing:
+                await teardown(
+                    s.id,
+                    S.ERROR,
+                    {"reason": "kernel not running after manager restart", "kernel": missing[0]},
+                )
+    await life.fleet.sweep_orphans()

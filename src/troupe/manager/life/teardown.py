@@ -1,0 +1,68 @@
+"""Teardown: a session moves to its final status, with nothing left behind.
+
+TERMINATING (with the ending it will reach, stored, so a restarted manager finishes it) ->
+the preparer, if any, is stopped -> every agent holding kernels removes them, saving their
+logs -> every agent removes the session's networks -> kernels TERMINATED, session final.
+A PENDING session has nothing on any agent: it is CANCELLED at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from troupe.api.lifecycle import KernelStatus, SessionStatus, transition
+from troupe.manager.life.context import Life, load
+from troupe.manager.store.unit import changes_of
+
+S, K = SessionStatus, KernelStatus
+
+
+async def teardown(
+    life: Life,
+    session_id: str,
+    ending: SessionStatus,
+    info: dict[str, Any],
+    stop_preparer: Callable[[str], Awaitable[None]],
+    exit_code: int | None = None,
+) -> None:
+    """Idempotent: a final session stays as it is; a TERMINATING one is finished as begun."""
+
+    async def begin(db: AsyncSession) -> tuple[SessionStatus, set[str]] | None:
+        s = await load(db, session_id)
+        changes = changes_of(db)
+        if s.status.is_final:
+            return None
+        if s.status == S.PENDING:
+            s.status_info = info
+            transition(s, S.CANCELLED, changes)
+            for k in s.kernels:
+                transition(k, K.TERMINATED, changes)
+            return None
+        if s.status != S.TERMINATING:
+            s.status_info, s.ending = info, ending
+            if exit_code is not None:
+                s.exit_code = exit_code
+            transition(s, S.TERMINATING, changes)
+        return s.ending or ending, {k.agent_id for k in s.kernels if k.agent_id}
+
+    begun = await life.store.write(begin)
+    if begun is None:
+        return
+    final, agent_ids = begun
+    await stop_preparer(session_id)
+    saved = await life.fleet.remove_session(session_id, agent_ids)
+    if saved:
+        await asyncio.to_thread(life.logs.save, session_id, saved)
+
+    async def finish(db: AsyncSession) -> None:
+        s = await load(db, session_id)
+        changes = changes_of(db)
+        for k in s.kernels:
+            transition(k, K.TERMINATED, changes)
+        transition(s, final, changes)
+
+    await life.store.write(finish)

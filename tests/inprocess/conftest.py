@@ -1,0 +1,162 @@
+"""The manager in-process: the real FastAPI app driven through httpx's ASGI transport, with
+:class:`FakeAgent` agents and SQLite in a temporary directory. No Docker engine is used:
+``DOCKER_HOST`` points at nothing while these tests run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from tests.inprocess.fake_agent import FakeAgent
+from troupe.api.agent import AgentBackend
+from troupe.manager.app import create_app
+from troupe.manager.config import ServerConfig
+
+IMAGE = "troupe/base:0.1.0"
+
+
+class Harness:
+    def __init__(self, tmp: Path, **config: Any) -> None:
+        settings: dict[str, Any] = {
+            "data_dir": tmp / "data",
+            "config_dir": tmp / "config",
+            "subnet_pool": "10.99.0.0/16",
+            "create_timeout": 5.0,
+            "agent_timeout": 1.0,
+            "agent_token": "agent-secret",
+        }
+        self.config = ServerConfig(**{**settings, **config})
+        self.local = FakeAgent("local")
+        self.agents: dict[str, AgentBackend] = {"local": self.local}
+        #: fakes standing in for agents on other hosts, made when they register
+        self.remotes: dict[str, FakeAgent] = {}
+        self.app: FastAPI | None = None
+        self._life: Any = None
+        self.client: httpx.AsyncClient = httpx.AsyncClient()
+
+    def remote(self, name: str, address: str, token: str) -> AgentBackend:
+        agent = self.remotes.setdefault(name, FakeAgent(name, address=address))
+        agent.address = address
+        return agent
+
+    async def start(self) -> None:
+        self.app = create_app(self.config, self.agents, remote=self.remote)
+        self._life = self.app.router.lifespan_context(self.app)
+        await self._life.__aenter__()
+        key = json.loads(self.config.credentials_file.read_text())["api_key"]
+        self.client = self.user_client(key)
+
+    def user_client(self, key: str) -> httpx.AsyncClient:
+        assert self.app is not None
+        return httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=self.app),
+            base_url="http://troupe.test/v1",
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+        )
+
+    def agent_client(self, token: str = "agent-secret") -> httpx.AsyncClient:
+        return self.user_client(token)
+
+    async def stop(self) -> None:
+        await self.client.aclose()
+        if self._life is not None:
+            await self._life.__aexit__(None, None, None)
+            self._life = None
+
+    async def restart(self) -> None:
+        """A manager restart: the same database and agents, a new app and registry."""
+        await self.stop()
+        await self.start()
+
+    # -- helpers ---------------------------------------------------------------------
+    async def create(self, name: str = "s", expect: int = 201, **body: Any) -> dict[str, Any]:
+        body = {"name": name, "image": IMAGE, **body}
+        r = await self.client.post("/sessions", json=body)
+        assert r.status_code == expect, r.text
+        return dict(r.json())
+
+    async def get(self, ref: str) -> dict[str, Any]:
+        r = await self.client.get(f"/sessions/{ref}")
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    async def wait(self, ref: str, until: str = "running", timeout: float = 10) -> dict[str, Any]:
+        r = await self.client.get(
+            f"/sessions/{ref}/wait", params={"until": until, "timeout": timeout}
+        )
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    async def wait_status(self, ref: str, *statuses: str, timeout: float = 10) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            s = await self.get(ref)
+            if s["status"] in statuses or time.monotonic() > deadline:
+                assert s["status"] in statuses, s
+                return s
+            await asyncio.sleep(0.02)
+
+    async def register(self, name: str, **cap: Any) -> httpx.AsyncClient:
+        """Registers an agent of another host (a fake behind the remote factory)."""
+        c = self.agent_client()
+        body = {
+            "name": name,
+            "cpu": 4,
+            "mem": 8 * 1024**3,
+            "swarm_manager": True,
+            "data_marker": "shared",
+            "address": f"http://{name}.test:6011",
+            **cap,
+        }
+        r = await c.post("/agents/register", json=body)
+        assert r.status_code == 204, r.text
+        self.remotes[name].image_names.add(IMAGE)
+        return c
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def make_manager(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Callable[..., Awaitable[Harness]]]:
+    """A factory of started harnesses with other settings (e.g. ``create_timeout=1.0``)."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    made: list[Harness] = []
+
+    async def make(**config: Any) -> Harness:
+        h = Harness(tmp_path / f"h{len(made)}", **config)
+        made.append(h)
+        await h.start()
+        return h
+
+    try:
+        yield make
+    finally:
+        for h in made:
+            await h.stop()
+
+
+@pytest.fixture
+async def manager(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Harness]:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    h = Harness(tmp_path)
+    await h.start()
+    try:
+        yield h
+    finally:
+        await h.stop()

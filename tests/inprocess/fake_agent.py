@@ -1,0 +1,241 @@
+"""A stand-in agent: the AgentBackend protocol in memory, with controllable delays and
+injectable failures, so the manager's logic is tested without a Docker engine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from troupe.api.agent import (
+    AgentCapacity,
+    ExitHandler,
+    KernelExit,
+    KernelSpec,
+    KernelStarted,
+    KernelState,
+    NetworkSpec,
+)
+from troupe.api.errors import AgentFailed, NotFound, TroupeError
+from troupe.api.exec import ExecExit, ExecItem, ExecOutput
+from troupe.api.models import ImageInfo
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class FakeContainer:
+    spec: KernelSpec
+    id: str
+    ip: str
+    state: str = "running"
+    logs: list[str] = field(default_factory=list)
+
+
+class FakeShell:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self._out: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    async def read(self) -> bytes | None:
+        return await self._out.get()
+
+    async def write(self, data: bytes) -> None:
+        self.sent.append(data)
+        await self._out.put(b"echo:" + data)
+        if data.strip() == b"exit":
+            await self._out.put(None)
+
+    async def resize(self, rows: int, cols: int) -> None:
+        pass
+
+    async def exit_code(self) -> int:
+        return 0
+
+
+class FakeAgent:
+    def __init__(
+        self,
+        name: str,
+        cpu: float = 4,
+        mem: int = 8 * 1024**3,
+        group: str = "default",
+        images: Sequence[str] = ("troupe/base:0.1.0",),
+        swarm_manager: bool = False,
+        address: str = "",
+    ) -> None:
+        self.name = name
+        self.address = address
+        self.cap = AgentCapacity(
+            name=name,
+            cpu=cpu,
+            mem=mem,
+            group=group,
+            swarm_manager=swarm_manager,
+            data_marker="shared",
+            underlay_mtu=1500,
+        )
+        self.image_names = set(images)
+        self.networks: dict[str, NetworkSpec] = {}
+        self.containers: dict[str, FakeContainer] = {}
+        self.on_exit: ExitHandler | None = None
+        #: method name (or "create_kernel:<hostname>") -> seconds to sleep first
+        self.delays: dict[str, float] = {}
+        #: same keys -> error raised (after the delay)
+        self.failures: dict[str, TroupeError] = {}
+        #: cleared: wait_ready blocks until it is set again (or the time-out)
+        self.ready_gate = asyncio.Event()
+        self.ready_gate.set()
+        #: an agent whose engine is gone: every call fails
+        self.down = False
+        self.closed = False
+        self.calls: list[str] = []
+        self.exec_output = b"hello\n"
+        self.exec_code = 0
+
+    async def _step(self, key: str) -> None:
+        self.calls.append(key)
+        if self.down:
+            raise AgentFailed(f"agent {self.name} unreachable")
+        if key in self.delays:
+            await asyncio.sleep(self.delays[key])
+        if key in self.failures:
+            raise self.failures[key]
+
+    # -- the protocol --------------------------------------------------------------
+    async def start(self, on_exit: ExitHandler | None = None) -> None:
+        self.on_exit = on_exit
+
+    async def close(self) -> None:
+        self.closed = True
+
+    async def capacity(self) -> AgentCapacity:
+        await self._step("capacity")
+        return self.cap
+
+    async def images(self) -> list[ImageInfo]:
+        await self._step("images")
+        return [ImageInfo(name=n, id=n, size=1, created="") for n in sorted(self.image_names)]
+
+    async def has_image(self, name: str) -> bool:
+        await self._step("has_image")
+        return name in self.image_names
+
+    async def used_subnets(self) -> list[str]:
+        await self._step("used_subnets")
+        return [n.subnet for n in self.networks.values()]
+
+    async def create_network(self, spec: NetworkSpec) -> None:
+        await self._step("create_network")
+        self.networks[spec.name] = spec
+
+    async def remove_session_networks(self, session_id: str) -> None:
+        await self._step("remove_session_networks")
+        for name in [n for n, s in self.networks.items() if s.session_id == session_id]:
+            del self.networks[name]
+
+    async def create_kernels(self, specs: Sequence[KernelSpec]) -> list[KernelStarted]:
+        await self._step("create_kernels")
+
+        async def one(spec: KernelSpec) -> KernelStarted:
+            await self._step(f"create_kernel:{spec.hostname}")
+            n = next(_ids)
+            c = FakeContainer(spec, f"c{n:06d}", f"10.0.{n // 250}.{n % 250 + 2}")
+            c.logs.append(f"2026-11-26T00:00:{n % 60:02d}.000Z {spec.hostname} started\n")
+            self.containers[c.id] = c
+            return KernelStarted(kernel_id=spec.kernel_id, container_id=c.id, ip=c.ip)
+
+        results = await asyncio.gather(*(one(s) for s in specs), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return [r for r in results if isinstance(r, KernelStarted)]
+
+    async def wait_ready(
+        self, containers: dict[str, str], hosts: list[str], timeout: float
+    ) -> None:
+        await self._step("wait_ready")
+        try:
+            async with asyncio.timeout(timeout):
+                await self.ready_gate.wait()
+        except TimeoutError:
+            raise AgentFailed("kernels did not become ready", kernel=hosts[0]) from None
+
+    async def signal_go(self, container_id: str) -> None:
+        await self._step("signal_go")
+
+    async def remove_kernels(self, session_id: str) -> dict[str, str]:
+        await self._step("remove_kernels")
+        logs = {}
+        for cid in [c for c, k in self.containers.items() if k.spec.session_id == session_id]:
+            c = self.containers.pop(cid)
+            logs[c.spec.hostname] = "".join(c.logs)
+        return logs
+
+    async def list_kernels(self) -> list[KernelState]:
+        await self._step("list_kernels")
+        return [
+            KernelState(
+                session_id=c.spec.session_id,
+                kernel_id=c.spec.kernel_id,
+                hostname=c.spec.hostname,
+                container_id=c.id,
+                state=c.state,
+            )
+            for c in self.containers.values()
+        ]
+
+    async def list_session_ids_with_networks(self) -> set[str]:
+        await self._step("list_networks")
+        return {n.session_id for n in self.networks.values()}
+
+    async def logs(self, container_id: str, follow: bool = False) -> AsyncIterator[str]:
+        c = self.containers.get(container_id)
+        if c is None:
+            raise NotFound.of("container", container_id)
+        for line in list(c.logs):
+            yield line
+
+    async def exec_stream(
+        self, container_id: str, command: list[str], user: str = "work"
+    ) -> AsyncIterator[ExecItem]:
+        await self._step("exec")
+        if container_id not in self.containers:
+            raise NotFound.of("container", container_id)
+        yield ExecOutput(self.exec_output)
+        yield ExecExit(self.exec_code)
+
+    @contextlib.asynccontextmanager
+    async def shell(self, container_id: str, user: str = "work") -> AsyncIterator[FakeShell]:
+        yield FakeShell()
+
+    # -- test controls ---------------------------------------------------------------
+    def container(self, session_id: str, hostname: str) -> FakeContainer:
+        return next(
+            c
+            for c in self.containers.values()
+            if c.spec.session_id == session_id and c.spec.hostname == hostname
+        )
+
+    def session_ids(self) -> set[str]:
+        ids = {c.spec.session_id for c in self.containers.values()}
+        return ids | {n.session_id for n in self.networks.values()}
+
+    async def exit_kernel(
+        self, session_id: str, hostname: str, code: int = 1, oom: bool = False
+    ) -> None:
+        """The container stops on its own: the agent reports it like Docker's event."""
+        c = self.container(session_id, hostname)
+        c.state = "exited"
+        assert self.on_exit is not None, "this agent reports exits through the manager's API"
+        await self.on_exit(
+            KernelExit(
+                session_id=session_id,
+                kernel_id=c.spec.kernel_id,
+                exit_code=code,
+                oom_killed=oom,
+                last_logs=[f"{hostname} says goodbye"],
+            )
+        )

@@ -1,0 +1,36 @@
+"""Rules of the code's shape that no linter checks."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "troupe"
+MAX_LINES = 450
+
+
+def test_no_module_over_450_lines() -> None:
+    long = {
+        str(p.relative_to(SRC)): n
+        for p in SRC.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_one_module_writes_status() -> None:
+    """Every status change goes through troupe.api.lifecycle (transition / begin)."""
+    writers = set()
+    for p in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            for t in targets:
+                for e in t.elts if isinstance(t, ast.Tuple) else [t]:
+                    if isinstance(e, ast.Attribute) and e.attr == "status":
+                        writers.add(f"{p.relative_to(SRC)}:{ast.unparse(e)}")
+    # An error's HTTP status (api/errors.py) is no lifecycle status.
+    assert writers == {"api/lifecycle.py:entity.status", "api/errors.py:self.status"}, writers
