@@ -2,10 +2,13 @@
 # Runs in main1 as user work (troupe/pytorch), in one of three launch modes (first argument):
 #   static         torchrun on every kernel, static rendezvous on $MASTER_ADDR:$MASTER_PORT,
 #                  node rank = BACKENDAI_CLUSTER_LOCAL_RANK
-#   c10d           torchrun on every kernel with the c10d rendezvous: the torchrun on main1
-#                  ($MASTER_ADDR) hosts the store on port 29400 (MASTER_PORT and the TF_CONFIG
-#                  ports start at 29500), the run is named by the session id and torchrun
-#                  assigns the ranks (in order of arrival)
+#   c10d           torchrun on every kernel with the c10d rendezvous on $MASTER_ADDR:29400
+#                  (MASTER_PORT and the TF_CONFIG ports start at 29500); the run is named by the
+#                  session id and torchrun assigns the ranks (in order of arrival). The store is
+#                  hosted by a process of this script, not by main1's torchrun (is_host=false),
+#                  and stopped only after every torchrun has returned: a store that lives in
+#                  main1's torchrun goes away when that one exits, while the other torchruns may
+#                  still be closing the rendezvous through it (RendezvousConnectionError)
 #   per-container  no torchrun: one python per kernel taking WORLD_SIZE, RANK, MASTER_ADDR and
 #                  MASTER_PORT from the environment (sessions created with --dist-env per-container)
 # Copies train.py to every kernel over the session's SSH, starts one process per kernel over SSH
@@ -21,7 +24,7 @@ case $mode in
       --master-port="$MASTER_PORT" /tmp/ddp-train.py' ;;
   c10d)
     run='OMP_NUM_THREADS=1 exec torchrun --nnodes="$BACKENDAI_CLUSTER_SIZE" --nproc-per-node=1 \
-      --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:29400" \
+      --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:29400" --rdzv-conf=is_host=false \
       --rdzv-id="$BACKENDAI_SESSION_ID" /tmp/ddp-train.py' ;;
   per-container)
     if [ -z "${WORLD_SIZE:-}" ] || [ -z "${RANK:-}" ]; then
@@ -129,15 +132,50 @@ if __name__ == "__main__":
         train_ddp()
 PY
 hosts=$(echo "$BACKENDAI_CLUSTER_HOSTS" | tr , ' ')
-pids=""
+store=""
+if [ "$mode" = c10d ]; then
+  # The c10d rendezvous store (a TCPStore server), in a process of its own that outlives every
+  # torchrun: stopped below once all have returned, or when this script goes away.
+  OMP_NUM_THREADS=1 python -c '
+import os, signal, sys, time
+import torch.distributed as dist
+store = dist.TCPStore(sys.argv[1], int(sys.argv[2]), is_master=True)
+print("listening", flush=True)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+parent = os.getppid()
+while os.getppid() == parent:  # until stopped (SIGTERM), or until launch.sh is gone
+    time.sleep(0.5)
+' "$MASTER_ADDR" 29400 > /tmp/ddp-store.log 2>&1 &
+  store=$!
+  trap 'kill "$store" 2>/dev/null || true' EXIT
+fi
 for h in $hosts; do
   # never onto itself: the remote "cat >" would truncate the file being sent
   [ "$h" = "$BACKENDAI_CLUSTER_HOST" ] || ssh "$h" "cat > $prog" < "$prog"
+done
+if [ -n "$store" ]; then
+  tries=0
+  until grep -q '^listening$' /tmp/ddp-store.log; do
+    tries=$((tries + 1))
+    if ! kill -0 "$store" 2>/dev/null || [ "$tries" -gt 600 ]; then
+      cat /tmp/ddp-store.log >&2
+      echo "torch-ddp (c10d): the rendezvous store did not start on port 29400" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+fi
+pids=""
+for h in $hosts; do
   ssh "$h" "$run" > "/tmp/ddp-$h.out" &
   pids="$pids $!"
 done
 status=0
 for p in $pids; do wait "$p" || status=1; done
+if [ -n "$store" ]; then
+  kill "$store" 2>/dev/null || true
+  wait "$store" || true
+fi
 cat_outs() { for h in $hosts; do cat "/tmp/ddp-$h.out"; done; }
 cat_outs
 ranks=$(cat_outs | grep -c 'weights_sha256=' || true)

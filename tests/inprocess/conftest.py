@@ -38,6 +38,8 @@ class Harness:
         self.agents: dict[str, AgentBackend] = {"local": self.local}
         #: fakes standing in for agents on other hosts, made when they register
         self.remotes: dict[str, FakeAgent] = {}
+        #: agent name -> the credential its last registration answered
+        self.credentials: dict[str, str] = {}
         self.app: FastAPI | None = None
         self._life: Any = None
         self.client: httpx.AsyncClient = httpx.AsyncClient()
@@ -65,6 +67,10 @@ class Harness:
 
     def agent_client(self, token: str = "agent-secret") -> httpx.AsyncClient:
         return self.user_client(token)
+
+    def credential_client(self, name: str) -> httpx.AsyncClient:
+        """A client speaking for agent ``name`` (its credential, for heartbeats and events)."""
+        return self.user_client(self.credentials[name])
 
     async def stop(self) -> None:
         await self.client.aclose()
@@ -106,7 +112,8 @@ class Harness:
             await asyncio.sleep(0.02)
 
     async def register(self, name: str, **cap: Any) -> httpx.AsyncClient:
-        """Registers an agent of another host (a fake behind the remote factory)."""
+        """Registers an agent of another host (a fake behind the remote factory); returns a
+        client that speaks for it (its new credential) for heartbeats and events."""
         c = self.agent_client()
         body = {
             "name": name,
@@ -117,10 +124,14 @@ class Harness:
             "address": f"http://{name}.test:6011",
             **cap,
         }
-        r = await c.post("/agents/register", json=body)
-        assert r.status_code == 204, r.text
+        held = self.credentials.get(name)
+        headers = {"X-Troupe-Agent-Credential": held} if held else {}
+        r = await c.post("/agents/register", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        self.credentials[name] = r.json()["credential"]
         self.remotes[name].image_names.add(IMAGE)
-        return c
+        await c.aclose()
+        return self.credential_client(name)
 
 
 async def eventually(check: Callable[[], bool], timeout: float = 5) -> None:

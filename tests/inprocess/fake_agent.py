@@ -94,6 +94,13 @@ class FakeAgent:
         self.calls: list[str] = []
         self.exec_output = b"hello\n"
         self.exec_code = 0
+        #: set to an Event: followed logs (follow=True) stay open after their lines until it
+        #: is set (None: they end at once, as before)
+        self.follow_gate: asyncio.Event | None = None
+        #: followed log streams open right now
+        self.following = 0
+        #: set to an Event: exec_stream waits for it before its output (None: it does not)
+        self.exec_gate: asyncio.Event | None = None
 
     async def _step(self, key: str) -> None:
         self.calls.append(key)
@@ -197,6 +204,12 @@ class FakeAgent:
             raise NotFound.of("container", container_id)
         for line in list(c.logs):
             yield line
+        if follow and self.follow_gate is not None:
+            self.following += 1
+            try:
+                await self.follow_gate.wait()
+            finally:
+                self.following -= 1
 
     async def exec_stream(
         self, container_id: str, command: list[str], user: str = "work"
@@ -204,6 +217,8 @@ class FakeAgent:
         await self._step("exec")
         if container_id not in self.containers:
             raise NotFound.of("container", container_id)
+        if self.exec_gate is not None:
+            await self.exec_gate.wait()
         yield ExecOutput(self.exec_output)
         yield ExecExit(self.exec_code)
 

@@ -67,7 +67,8 @@ async def test_readiness_time_out(make_manager: Callable[..., Awaitable[Harness]
     t0 = loop.time()
     await h.create("slower", cluster_size=2)
     s = await h.wait("slower", timeout=10)
-    assert loop.time() - t0 < 2.5
+    # the create under way is let finish (preparing.settled), so its kernels are removed too
+    assert loop.time() - t0 < 6
     assert s["status"] == "ERROR", s
     assert s["status_info"]["reason"] == "timed out after 0.5 s while creating kernels"
     assert nothing_left(h)  # main1 had been created: removed
@@ -228,8 +229,8 @@ async def test_destroy_while_kernels_are_being_created(manager: Harness) -> None
     assert "RUNNING" not in s["timeline"]
     assert all(k["status"] == "TERMINATED" for k in s["kernels"])
     await asyncio.sleep(0.45)  # past the delay: no container appears late
-    # the creation was abandoned, not waited for: no kernel was ever started
-    assert not any(c.startswith("create_kernel:") for c in manager.local.calls)
+    # the creation under way was let finish before the teardown (preparing.settled), so what
+    # it made was removed with the rest
     assert nothing_left(manager)
     assert (await manager.get("d"))["status"] == "TERMINATED"
 

@@ -102,7 +102,7 @@ async def test_remote_agent_is_known_again_after_a_restart(
     async with heartbeats(c, "h2"):
         s = await running(manager, "far", group="g2")
     await manager.restart()
-    c = manager.agent_client()
+    c = manager.credential_client("h2")  # its credential outlives the manager's restart
     async with heartbeats(c, "h2"):
         r = await manager.client.get("/agents")
         assert {a["name"]: a["status"] for a in r.json()} == {"local": "ALIVE", "h2": "ALIVE"}
@@ -140,7 +140,7 @@ async def test_session_on_an_agent_that_cannot_be_asked_is_left_running(
     await manager.stop()
     h2.down = True  # its engine does not answer while the manager starts
     await manager.start()
-    async with heartbeats(manager.agent_client(), "h2"):
+    async with heartbeats(manager.credential_client("h2"), "h2"):
         # not failed: its agent's heartbeat time-out decides, not the reconciliation
         assert (await manager.get("far"))["status"] == "RUNNING"
         h2.down = False

@@ -113,6 +113,12 @@ DDP_LINE = re.compile(
 )
 #: weights checksum per launch mode, to show that every mode computes the same model
 DDP_RESULTS: dict[str, str] = {}
+#: exits 0 and prints "free" when nothing listens on the port (argv[1]) in this kernel
+PORT_FREE = (
+    "import socket, sys; s = socket.socket();"
+    " s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);"
+    " s.bind(('', int(sys.argv[1]))); print('free')"
+)
 
 
 def check_ddp(mode: str, code: int, out: str, reference_sum: float | None = None) -> str:
@@ -155,6 +161,12 @@ def test_torch_ddp_static_and_c10d(
         code, out = launch(c, name, "torch-ddp/launch.sh", "c10d")
         timings.add(record_property, "torch-ddp c10d (launch -> result, same session)", t1)
         check_ddp("c10d", code, out, float(m.group(1)))
+        # launch.sh hosts the rendezvous store until every torchrun has returned, so no agent
+        # finds it gone on its way out (as when main1's torchrun hosted it and exited first),
+        # and stops it when done: port 29400 is free again
+        assert "RendezvousConnectionError" not in out and "failed to shutdown" not in out, out
+        code, free = c.exec(name, ["python", "-c", PORT_FREE, "29400"])
+        assert (code, free) == (0, "free\n"), free
         # torchrun started in each kernel by `troupe session run` (through the agents, not
         # SSH), static rendezvous from the injected variables; train.py is there from above
         t2 = time.monotonic()

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import logging
+import resource
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,10 +27,17 @@ from aiodocker.exceptions import DockerError
 from troupe.agent import exec as execs
 from troupe.agent import logs as klogs
 from troupe.agent import networks
-from troupe.agent.engine import step
+from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
 from troupe.agent.exec import ShellIO
-from troupe.agent.kernel import RUNNER_MOUNT, container_config, files_archive, runner_dir
+from troupe.agent.kernel import (
+    RUNNER_MOUNT,
+    KernelLimits,
+    container_config,
+    files_archive,
+    folder_path,
+    runner_dir,
+)
 from troupe.agent.resources import data_marker, host_cpu_count, host_memory_bytes, mtu_of_address
 from troupe.api import defaults
 from troupe.api.agent import (
@@ -47,8 +57,21 @@ from troupe.api.errors import AgentFailed
 from troupe.api.exec import ExecItem
 from troupe.api.models import ImageInfo
 
+log = logging.getLogger(__name__)
+
 #: Lines of output quoted when a kernel exits at once.
 START_FAILURE_LINES = 5
+
+
+def nofile_limit(wanted: int) -> int:
+    """``wanted``, but no more than this process's own hard limit of open files: the engine
+    cannot give a container more than it has itself (runc fails with ``error setting rlimit``),
+    and an agent usually runs beside its engine with the same limits."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        log.warning("kernels get %d open files (this host's hard limit), not %d", hard, wanted)
+        return int(hard)
+    return wanted
 
 
 class DockerAgent:
@@ -62,11 +85,23 @@ class DockerAgent:
         mem: int | None = None,
         group: str = defaults.GROUP,
         data_root: Path | None = None,
+        *,
+        pids_limit: int = defaults.PIDS_LIMIT,
+        nofile: int = defaults.NOFILE,
+        log_max_size: str = defaults.ENGINE_LOG_MAX_SIZE,
+        log_max_files: int = defaults.ENGINE_LOG_MAX_FILES,
+        saved_log_bytes: int = defaults.SAVED_LOG_BYTES,
     ) -> None:
         self.name = name
         self.group = group
         #: Data folders live in ``<data_root>/folders/<folder id>`` (shared storage on clusters).
         self.data_root = data_root or AGENT_DATA_ROOT
+        #: What each kernel's container may take besides CPU and memory (clamped at start).
+        self.limits = KernelLimits(
+            pids=pids_limit, nofile=nofile, log_max_size=log_max_size, log_max_files=log_max_files
+        )
+        #: A removed kernel's log: only its last this many bytes are returned.
+        self.saved_log_bytes = saved_log_bytes
         self._docker_url = docker_url
         self._cpu = cpu
         self._mem = mem
@@ -75,8 +110,14 @@ class DockerAgent:
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self, on_exit: ExitHandler | None = None) -> None:
-        """Connects to the engine (:class:`AgentFailed` if it does not answer) and, given
-        ``on_exit``, reports kernels that stop on their own to it."""
+        """Makes the data root and its folders private (mode 0700: the engine, root, still
+        mounts them), connects to the engine (:class:`AgentFailed` if it does not answer) and,
+        given ``on_exit``, reports kernels that stop on their own to it."""
+        self.private_dirs()
+        for root in {str(self.data_root.absolute()), str(self.data_root.resolve())}:
+            own_place(root, "<data root>")
+        own_place(runner_dir(), "<runner>")
+        self.limits = dataclasses.replace(self.limits, nofile=nofile_limit(self.limits.nofile))
         docker = aiodocker.Docker(url=self._docker_url)
         try:
             await docker.version()
@@ -127,6 +168,20 @@ class DockerAgent:
             swarm_manager=swarm,
         )
 
+    @property
+    def folders_root(self) -> Path:
+        return self.data_root / "folders"
+
+    def private_dirs(self) -> None:
+        """The data root and ``folders`` in it, created if need be, mode 0700 whatever the
+        umask: users' data is not for other accounts of the host."""
+        try:
+            for d in (self.data_root, self.folders_root):
+                d.mkdir(parents=True, exist_ok=True, mode=0o700)
+                d.chmod(0o700)
+        except OSError as e:
+            raise AgentFailed(f"data root {self.data_root}: {e.strerror or e}") from e
+
     def data_marker(self) -> str:
         """An id stored in the data root, the same for every agent that shares the storage."""
         return data_marker(self.data_root)
@@ -173,15 +228,23 @@ class DockerAgent:
     async def create_kernels(self, specs: Sequence[KernelSpec]) -> list[KernelStarted]:
         """Creates and starts all kernels in parallel; raises the first failure.
 
-        Rollback is the caller's: it removes everything labelled with the session.
+        Every mount is checked first (:class:`Invalid` before anything is created: a folder id
+        that is not one, or a folder outside ``<data_root>/folders``). Rollback is the caller's:
+        it removes everything labelled with the session.
         """
+        for spec in specs:
+            for m in spec.mounts:
+                folder_path(self.folders_root, m)
+        if any(s.mounts for s in specs):
+            self.private_dirs()  # (again: the folders' parent may have been removed since)
         return await gather_all(self._create_kernel(s) for s in specs)
 
     async def _create_kernel(self, spec: KernelSpec) -> KernelStarted:
-        folders = self.data_root / "folders"
+        folders = self.folders_root
         for m in spec.mounts:
             (folders / m.folder_id).mkdir(parents=True, exist_ok=True)
-        config = container_config(spec, runner_dir(), str(folders))
+            folder_path(folders, m)  # again, now that it exists
+        config = container_config(spec, runner_dir(), str(folders), self.limits)
         with step(kernel=spec.hostname):
             container = await self.docker.containers.create(config, name=spec.container_name)
             if spec.files:
@@ -230,7 +293,8 @@ class DockerAgent:
             raise AgentFailed(f"could not start the batch command: {out.strip()}", kernel="main1")
 
     async def remove_kernels(self, session_id: str) -> dict[str, str]:
-        """Removes every container of a session here; returns each kernel's log.
+        """Removes every container of a session here; returns each kernel's log: its last
+        ``saved_log_bytes`` at most, read as a stream (see :func:`troupe.agent.logs.last_bytes`).
 
         Networks are removed separately (:meth:`remove_session_networks`), after the kernels
         on every agent are gone: an overlay cannot be removed while any host still uses it.
@@ -238,7 +302,7 @@ class DockerAgent:
 
         async def remove(c: dict[str, Any]) -> tuple[str, str]:
             host = c["Labels"].get(LABEL_HOSTNAME, c["Id"][:12])
-            text = await klogs.whole(self.docker, c["Id"])
+            text = await klogs.last_bytes(self.docker, c["Id"], self.saved_log_bytes)
             with contextlib.suppress(DockerError):  # already gone: nothing to remove
                 await self.docker.containers.container(c["Id"]).delete(force=True, v=True)
             return host, text

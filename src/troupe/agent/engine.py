@@ -5,21 +5,81 @@ and the engine's message). Nothing above the agent should know aiodocker, so eve
 that can fail runs inside one of these context managers and leaves as a
 :mod:`troupe.api.errors` class: a step that failed is :class:`AgentFailed`; a container the
 engine does not know is :class:`NotFound`; one that is not running is :class:`NotRunning`.
+
+The engine's words go to the manager (and so to users) only through :func:`summary`: runc's
+wrappers and Go source locations are dropped and host paths (``/var/lib/docker/...``,
+``/sys/fs/cgroup/...``, ``/proc/<pid>/...``, the agent's data root) hidden, keeping what helps
+(``exec: "nosuch": executable file not found in $PATH``). The full text is logged here, on the
+agent.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 from collections.abc import Iterator
 
 from aiodocker.exceptions import DockerError
 
 from troupe.api.errors import AgentFailed, NotFound, NotRunning
 
+log = logging.getLogger(__name__)
+
+#: Layers of runc / containerd wrapping around the one useful cause, and Go source locations.
+_NOISE = re.compile(
+    r"(?:failed to create shim(?: task)?|failed to create task for container"
+    r"|OCI runtime (?:create|exec|start|state) failed|runc (?:create|exec|run) failed"
+    r"|unable to start container process|starting container process caused"
+    r"|container init caused|error during container init|exec failed"
+    r"|\b[\w.-]+\.go:\d+)\s*:\s*",
+    re.IGNORECASE,
+)
+#: A container's root file system seen from the host: the path inside the container is kept.
+_ROOTFS = re.compile(r"/var/lib/docker/(?:overlay2|aufs|btrfs|zfs|vfs)/[^/\s\"':,]+/merged")
+#: The engine's own places on the host.
+_HOST_PATH = re.compile(
+    r"(?:/var)?/run/(?:docker|containerd|runc)(?:\.sock)?(?:/[^\s\"':,()]*)?"
+    r"|/var/lib/(?:docker|containerd)(?:/[^\s\"':,()]*)?"
+    r"|/sys/fs/cgroup(?:/[^\s\"':,()]*)?"
+    r"|/proc/(?:\d+|self|thread-self)(?:/[^\s\"':,()]*)?"
+)
+#: runc's closing words: ``...: unknown`` (the gRPC status) and docker's hint after a mount.
+_TAIL = re.compile(r"(?::\s*unknown)+(?=\s*(?::|$))", re.IGNORECASE)
+
+
+#: This agent's own places (its data root, the runner scripts) -> what messages say instead.
+_OWN_PLACES: dict[str, str] = {}
+
+
+def own_place(path: str, name: str) -> None:
+    """Says ``name`` (e.g. ``<data root>``) instead of ``path`` in engine messages."""
+    _OWN_PLACES[path.rstrip("/") or "/"] = name
+
+
+def _hide(m: re.Match[str]) -> str:
+    last = m.group(0).rstrip("/").rsplit("/", 1)[-1]
+    return f"<host>/{last}" if last and not last.isdigit() else "<host>"
+
+
+def summary(text: str) -> str:
+    """The engine's message fit for the manager: the cause without runc's wrappers, Go source
+    locations and host paths. The full text is logged when anything was taken out."""
+    out = _NOISE.sub("", text)
+    out = _ROOTFS.sub(lambda m: "" if m.string.startswith("/", m.end()) else "<rootfs>", out)
+    out = _HOST_PATH.sub(_hide, out)
+    for path in sorted(_OWN_PLACES, key=len, reverse=True):
+        out = re.sub(re.escape(path) + r"(?=[/\s\"':,()]|$)", _OWN_PLACES[path], out)
+    out = _TAIL.sub("", out)
+    out = re.sub(r"\s+", " ", out).strip(" :")
+    if out != text.strip():
+        log.warning("engine said: %s", text)
+    return out or "engine error"
+
 
 def message(e: DockerError) -> str:
-    """The engine's own words, without aiodocker's ``[status]`` prefix."""
-    return str(getattr(e, "message", None) or e)
+    """The engine's own words (:func:`summary`), without aiodocker's ``[status]`` prefix."""
+    return summary(str(getattr(e, "message", None) or e))
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ from typing import Any
 import aiodocker
 from aiodocker.exceptions import DockerError
 
+from troupe.agent.engine import summary
 from troupe.agent.logs import last_lines
 from troupe.api.agent import LABEL_KERNEL, LABEL_SESSION, ExitHandler, KernelExit
 
@@ -93,7 +94,8 @@ async def kernel_exit(docker: aiodocker.Docker, event: dict[str, Any]) -> Kernel
     oom, error = False, ""
     with contextlib.suppress(DockerError):
         state = (await docker.containers.container(cid).show())["State"]
-        oom, error = bool(state.get("OOMKilled")), str(state.get("Error") or "")
+        oom = bool(state.get("OOMKilled"))
+        error = summary(str(state["Error"])) if state.get("Error") else ""
     return KernelExit(
         session_id=session_id,
         kernel_id=kernel_id,

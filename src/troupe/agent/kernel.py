@@ -6,12 +6,15 @@ Pure functions, so the exact container contract (labels, limits, mounts, aliases
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 import time
+from dataclasses import dataclass
 from importlib import resources
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from troupe.api import defaults
 from troupe.api.agent import (
     LABEL_HOSTNAME,
     LABEL_KERNEL,
@@ -19,10 +22,39 @@ from troupe.api.agent import (
     LABEL_SESSION,
     FileSpec,
     KernelSpec,
+    MountSpec,
 )
+from troupe.api.errors import Invalid
 
 #: Where the runner scripts (entrypoint.sh, exec.sh, ready.sh) appear in every kernel.
 RUNNER_MOUNT = "/opt/troupe"
+#: A data folder's id, as the manager makes them (``uuid4()``): nothing else is mounted.
+FOLDER_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+#: Where a folder may appear: an absolute, normalised path the bind syntax cannot misread.
+MOUNT_TARGET = re.compile(r"/[A-Za-z0-9._/@+-]*")
+
+
+@dataclass(frozen=True)
+class KernelLimits:
+    """What a kernel's container may take of its host besides CPU and memory: processes,
+    open files, the engine's log files; and ``no-new-privileges`` (setuid binaries in a
+    kernel cannot raise privileges)."""
+
+    pids: int = defaults.PIDS_LIMIT
+    nofile: int = defaults.NOFILE
+    log_max_size: str = defaults.ENGINE_LOG_MAX_SIZE
+    log_max_files: int = defaults.ENGINE_LOG_MAX_FILES
+
+    def host_config(self) -> dict[str, Any]:
+        return {
+            "PidsLimit": self.pids,
+            "Ulimits": [{"Name": "nofile", "Soft": self.nofile, "Hard": self.nofile}],
+            "SecurityOpt": ["no-new-privileges:true"],
+            "LogConfig": {
+                "Type": "json-file",
+                "Config": {"max-size": self.log_max_size, "max-file": str(self.log_max_files)},
+            },
+        }
 
 
 def runner_dir() -> str:
@@ -30,7 +62,33 @@ def runner_dir() -> str:
     return str(resources.files("troupe") / "runner")
 
 
-def container_config(spec: KernelSpec, runner_dir: str, folders_root: str) -> dict[str, Any]:
+def check_mount(m: MountSpec) -> None:
+    """A mount the manager sent, checked again here: the folder id is a UUID and the target an
+    absolute path without ``..`` (:class:`Invalid` otherwise, before anything is created)."""
+    if not FOLDER_ID.fullmatch(m.folder_id):
+        raise Invalid(f"folder id {m.folder_id!r} is not a folder id", field="mounts")
+    target = PurePosixPath(m.target)
+    if not MOUNT_TARGET.fullmatch(m.target) or ".." in target.parts or target == PurePosixPath("/"):
+        raise Invalid(f"mount target {m.target!r} is not allowed", field="mounts")
+
+
+def folder_path(folders_root: Path, m: MountSpec) -> Path:
+    """The host directory of a checked mount; :class:`Invalid` when it resolves (through a
+    link, say) anywhere but directly under ``folders_root``."""
+    check_mount(m)
+    root = folders_root.resolve()
+    path = (folders_root / m.folder_id).resolve()
+    if path.parent != root:
+        raise Invalid(f"folder {m.folder_id!r} lies outside the data root", field="mounts")
+    return path
+
+
+def container_config(
+    spec: KernelSpec,
+    runner_dir: str,
+    folders_root: str,
+    limits: KernelLimits | None = None,
+) -> dict[str, Any]:
     binds = [f"{runner_dir}:{RUNNER_MOUNT}:ro"]
     binds += [
         f"{folders_root}/{m.folder_id}:{m.target}:{'ro' if m.readonly else 'rw'}"
@@ -57,6 +115,7 @@ def container_config(spec: KernelSpec, runner_dir: str, folders_root: str) -> di
             "Binds": binds,
             "NetworkMode": spec.network,
             "RestartPolicy": {"Name": "no"},
+            **(limits or KernelLimits()).host_config(),
         },
         "NetworkingConfig": {
             "EndpointsConfig": {spec.network: {"Aliases": [spec.hostname]}},

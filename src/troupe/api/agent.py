@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Literal, Protocol
+from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -83,13 +83,16 @@ class KernelStarted(BaseModel):
 class KernelExit(BaseModel):
     """A kernel's container stopped on its own (not removed by troupe)."""
 
-    session_id: str
-    kernel_id: str
-    exit_code: int
+    session_id: str = Field(max_length=64)
+    kernel_id: str = Field(max_length=64)
+    #: as the engine reports it (a 32-bit status; -1 when unknown)
+    exit_code: int = Field(ge=-(2**31), le=2**31 - 1)
     oom_killed: bool = False
     #: Docker's own error for a container that could not run its command at all.
-    error: str = ""
-    last_logs: list[str] = Field(default_factory=list)
+    error: str = Field("", max_length=16384)
+    last_logs: list[Annotated[str, Field(max_length=16384)]] = Field(
+        default_factory=list, max_length=200
+    )
 
 
 class KernelState(BaseModel):

@@ -14,7 +14,7 @@ PORT = 8090
 API_URL = f"http://{HOST}:{PORT}"
 
 #: Agents on other hosts: where they listen and how often they report.
-AGENT_LISTEN = "0.0.0.0:6011"
+AGENT_LISTEN = "127.0.0.1:6011"
 AGENT_DATA_ROOT = Path("/var/lib/troupe")
 HEARTBEAT_SECONDS = 2.0
 #: An agent silent this long is LOST and its sessions fail.
@@ -26,6 +26,23 @@ SUBNET_PREFIX = 24
 #: Time a session may take from SCHEDULED to RUNNING before it fails.
 CREATE_TIMEOUT_SECONDS = 120.0
 MAX_CLUSTER_SIZE = 64
+
+#: Hardening limits (docs/reliability.md).
+MAX_BODY_BYTES = 1024**2
+SAVED_LOG_BYTES = 8 * 1024**2
+RETENTION_DAYS = 30.0
+QUOTA_SESSIONS = 50
+QUOTA_KERNELS = 256
+QUOTA_STREAMS = 32
+#: Kernel containers: processes and open files.
+PIDS_LIMIT = 4096
+NOFILE = 65536
+#: Engine log files of one kernel: json-file max-size and max-file.
+ENGINE_LOG_MAX_SIZE = "10m"
+ENGINE_LOG_MAX_FILES = 3
+#: Smallest resources a kernel may ask for.
+MIN_CPU = 0.01
+MIN_MEM = 16 * 1024**2
 
 #: The resource group of agents and sessions that name none.
 GROUP = "default"

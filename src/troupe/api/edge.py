@@ -24,11 +24,21 @@ HTTP_STATUS: dict[type[E.TroupeError], int] = {
     E.NotRunning: 409,
     E.Unauthorized: 401,
     E.Forbidden: 403,
+    E.QuotaExceeded: 403,
+    E.TooMany: 429,
+    E.TooLarge: 413,
     E.AgentFailed: 502,
     E.Unreachable: 502,
     E.Internal: 500,
 }
-_CODE_OF_STATUS = {401: E.Unauthorized, 403: E.Forbidden, 404: E.NotFound}
+_CODE_OF_STATUS = {
+    400: E.Invalid,
+    401: E.Unauthorized,
+    403: E.Forbidden,
+    404: E.NotFound,
+    413: E.TooLarge,
+    429: E.TooMany,
+}
 
 
 def http_status(e: E.TroupeError) -> int:
@@ -67,7 +77,10 @@ def install(app: FastAPI) -> None:
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
         cls = _CODE_OF_STATUS.get(e.status_code)
         err = cls(str(e.detail)) if cls else E.TroupeError(str(e.detail))
-        return JSONResponse(err.to_wire(), status_code=e.status_code)
+        body = err.to_wire()
+        if cls is None:  # e.g. 405: a code that names the status
+            body["error"]["code"] = str(e.detail).lower().replace(" ", "_")
+        return JSONResponse(body, status_code=e.status_code)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, e: Exception) -> JSONResponse:

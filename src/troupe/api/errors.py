@@ -77,6 +77,22 @@ class Forbidden(TroupeError):
     code = "forbidden"
 
 
+class QuotaExceeded(Forbidden):
+    """The request would take the user past one of their limits (see docs/reliability.md)."""
+
+    code = "quota_exceeded"
+
+
+class TooMany(TroupeError):
+    """Too many concurrent requests of one kind (e.g. streams) by one user."""
+
+    code = "too_many"
+
+
+class TooLarge(TroupeError):
+    code = "too_large"
+
+
 class AgentFailed(TroupeError):
     """A step on an agent (or its engine) failed, or the agent cannot be reached."""
 
@@ -103,6 +119,9 @@ _BY_CODE: dict[str, type[TroupeError]] = {
         NotRunning,
         Unauthorized,
         Forbidden,
+        QuotaExceeded,
+        TooMany,
+        TooLarge,
         AgentFailed,
         Unreachable,
         Internal,

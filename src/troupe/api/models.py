@@ -53,6 +53,54 @@ def format_size(n: int) -> str:
     return str(n)
 
 
+# -- image references (Docker's grammar, distribution/reference) ----------------------------
+_PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*\Z", re.ASCII)
+_DOMAIN = re.compile(
+    r"(?:(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
+    r"(?:\.(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9]))*"
+    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?\Z",
+    re.ASCII,
+)
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z", re.ASCII)
+_DIGEST = re.compile(
+    r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}\Z", re.ASCII
+)
+MAX_IMAGE_LENGTH = 255
+
+
+def image_reference_error(ref: str) -> str | None:
+    """Why ``ref`` is no Docker image reference ``[domain/]path[:tag][@digest]`` (None: it is).
+
+    Path components are lowercase letters and digits joined by ``.``, ``_``, ``__`` or dashes;
+    the first component is a registry (``localhost``, or with a ``.`` or a ``:port``) only
+    if it looks like one. So ``..``, a leading ``/``, blanks and capitals are refused.
+    """
+    if not ref:
+        return "empty"
+    if len(ref) > MAX_IMAGE_LENGTH:
+        return f"longer than {MAX_IMAGE_LENGTH} characters"
+    name, at, digest = ref.partition("@")
+    if at and not _DIGEST.match(digest):
+        return "the digest must be ALGORITHM:HEX, e.g. sha256:<64 hex digits>"
+    slash, colon = name.rfind("/"), name.rfind(":")
+    if colon > slash:
+        name, tag = name[:colon], name[colon + 1 :]
+        if not _TAG.match(tag):
+            return "the tag must be letters, digits, _ . - (at most 128, not starting with . -)"
+    first, sep, rest = name.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        if not _DOMAIN.match(first):
+            return f"{first!r} is not a registry host[:port]"
+        name = rest
+    for part in name.split("/"):
+        if not _PATH_COMPONENT.match(part):
+            return (
+                f"path component {part!r} must be lowercase letters and digits, separated"
+                " by . _ __ or -"
+            )
+    return None
+
+
 Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="letters, digits, _ . -; 1-63")]
 
@@ -73,18 +121,32 @@ class Strict(BaseModel):
 
 
 class Resources(Strict):
-    """Per-kernel resources; a session of size N needs N times this."""
+    """Per-kernel resources; a session of size N needs N times this.
 
-    cpu: float = Field(defaults.CPU, gt=0, le=1024, description="cores, may be fractional")
-    mem: Size = Field(defaults.MEM, description="bytes, or a size such as 512m")
+    The minimums (:data:`~troupe.api.defaults.MIN_CPU`, :data:`~troupe.api.defaults.MIN_MEM`)
+    are checked when a session is created (:class:`SessionCreate`), not here, so sessions
+    stored under older rules still read back.
+    """
+
+    cpu: float = Field(
+        defaults.CPU,
+        gt=0,
+        le=1024,
+        description=f"cores, may be fractional; at least {defaults.MIN_CPU:g}",
+    )
+    mem: Size = Field(
+        defaults.MEM,
+        description=f"bytes, or a size such as 512m; at least {format_size(defaults.MIN_MEM)}",
+    )
     gpu: int = Field(0, ge=0, le=64, description="whole devices")
 
-    @field_validator("mem")
-    @classmethod
-    def _min_mem(cls, v: int) -> int:
-        if v < 6 * 1024**2:
-            raise ValueError("must be at least 6m (Docker's minimum memory limit)")
-        return v
+    def below_minimum(self) -> str | None:
+        """Why these resources are too small for a new session (None: they are not)."""
+        if self.cpu < defaults.MIN_CPU:
+            return f"resources.cpu: must be at least {defaults.MIN_CPU:g} cores"
+        if self.mem < defaults.MIN_MEM:
+            return f"resources.mem: must be at least {format_size(defaults.MIN_MEM)}"
+        return None
 
 
 class Mount(Strict):
@@ -102,7 +164,11 @@ class Mount(Strict):
 
 class SessionCreate(Strict):
     name: Name
-    image: str = Field(min_length=1, max_length=255)
+    image: str = Field(
+        min_length=1,
+        max_length=255,
+        description="Docker image reference: name[:tag][@digest], e.g. troupe/base:0.1.0",
+    )
     cluster_size: int = Field(1, ge=1, description="number of kernels")
     cluster_mode: ClusterMode = ClusterMode.SINGLE_NODE
     resources: Resources = Field(default_factory=lambda: Resources())
@@ -117,6 +183,15 @@ class SessionCreate(Strict):
     uid: int = Field(1000, ge=1, le=65534, description="uid of user work in every kernel")
     gid: int = Field(1000, ge=1, le=65534, description="gid of user work in every kernel")
     isolated_network: bool = False
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, image: str) -> str:
+        why = image_reference_error(image)
+        if why is not None:
+            shown = image if len(image) <= 80 else image[:77] + "..."
+            raise ValueError(f"{shown!r} is not a valid image reference: {why}")
+        return image
 
     @field_validator("environ")
     @classmethod
@@ -140,6 +215,13 @@ class SessionCreate(Strict):
         if len(names) != len(set(names)):
             raise ValueError("each folder may be mounted once")
         return mounts
+
+    @model_validator(mode="after")
+    def _resources_minimum(self) -> SessionCreate:
+        why = self.resources.below_minimum()
+        if why is not None:  # "resources.cpu: ..." names the field (see api/edge.py)
+            raise ValueError(why)
+        return self
 
     @model_validator(mode="after")
     def _batch_needs_command(self) -> SessionCreate:
@@ -196,9 +278,17 @@ class SessionInfo(BaseModel):
 
 
 class ExecRequest(Strict):
-    command: list[str] = Field(min_length=1)
+    command: list[str] = Field(min_length=1, description="argv; no argument may contain NUL")
     kernel: str = Field("main1", pattern=r"^(main1|sub[1-9][0-9]*)$")
     user: ExecUser = "work"
+
+    @field_validator("command")
+    @classmethod
+    def _no_nul(cls, command: list[str]) -> list[str]:
+        for i, arg in enumerate(command):
+            if "\0" in arg:
+                raise ValueError(f"argument {i} contains a NUL character")
+        return command
 
 
 class FolderCreate(Strict):

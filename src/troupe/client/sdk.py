@@ -14,6 +14,7 @@ import json
 import os
 from collections.abc import Iterator
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 import httpx
 
@@ -59,6 +60,10 @@ def _raise_for(resp: httpx.Response) -> None:
     except ValueError:
         body = None
     raise errors.from_wire(resp.status_code, body, resp.text or resp.reason_phrase)
+
+
+def _user_path(name: str | None) -> str:
+    return "/users/me" if name is None else "/users/" + quote(name, safe="")
 
 
 class Client:
@@ -180,8 +185,43 @@ class Client:
             self._req("POST", "/users", json={"name": name, "admin": admin})
         )
 
+    def list_users(self) -> list[dict[str, Any]]:
+        """Users (admin): id, name, admin, created_at, revoked."""
+        result: list[dict[str, Any]] = self._req("GET", "/users")
+        return result
+
+    def get_user(self, name: str | None = None) -> dict[str, Any]:
+        """A user (admin; None: yourself) with ``limits`` (effective, null: none),
+        ``overrides`` (set by an admin) and ``usage`` (held by active sessions)."""
+        result: dict[str, Any] = self._req("GET", _user_path(name))
+        return result
+
+    def set_user_limits(self, name: str, limits: dict[str, Any]) -> dict[str, Any]:
+        """Sets the keys given (admin): sessions, kernels, cpu, mem, gpu, streams,
+        max_priority, groups; a key given None goes back to the server's default."""
+        result: dict[str, Any] = self._req("PUT", _user_path(name) + "/limits", json=limits)
+        return result
+
+    def revoke_user(self, name: str) -> dict[str, Any]:
+        """The user's key stops working at once (admin)."""
+        result: dict[str, Any] = self._req("POST", _user_path(name) + "/revoke")
+        return result
+
+    def rotate_key(self, name: str | None = None) -> UserInfo:
+        """A new key (``api_key``, shown once) for ``name`` (admin) or yourself (None); the
+        old one stops working."""
+        return UserInfo.model_validate(self._req("POST", _user_path(name) + "/rotate"))
+
+    def delete_user(self, name: str) -> None:
+        """Deletes a user without active sessions, and their folders (admin)."""
+        self._req("DELETE", _user_path(name))
+
     def list_agents(self) -> list[AgentInfo]:
         return [AgentInfo.model_validate(x) for x in self._req("GET", "/agents")]
+
+    def remove_agent(self, name: str) -> None:
+        """Forgets a LOST agent of another host (admins only; an ALIVE one: Conflict)."""
+        self._req("DELETE", f"/agents/{quote(name, safe='')}")
 
     def list_images(self) -> list[ImageInfo]:
         return [ImageInfo.model_validate(x) for x in self._req("GET", "/images")]

@@ -23,12 +23,26 @@ def run(
         ),
     ] = None,
     listen: Annotated[
-        str, typer.Option(help="ADDR:PORT this agent serves the manager on")
+        str,
+        typer.Option(
+            help="ADDR:PORT this agent serves the manager on; loopback only by default: give "
+            "e.g. 0.0.0.0:6011 for a manager on another host (with --tls-cert/--tls-key)"
+        ),
     ] = defaults.AGENT_LISTEN,
     advertise: Annotated[
         str | None,
-        typer.Option(help="URL the manager uses to reach this agent (default: http://LISTEN)"),
+        typer.Option(
+            help="URL the manager uses to reach this agent (default: http://LISTEN, or "
+            "https://LISTEN with --tls-cert)"
+        ),
     ] = None,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            help="serve HTTPS with this certificate (PEM; the manager verifies it with --agent-ca)"
+        ),
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="private key of --tls-cert (PEM)")] = None,
     docker_host: Annotated[
         str | None, typer.Option(help="engine, e.g. unix:///run/docker.sock")
     ] = None,
@@ -42,6 +56,12 @@ def run(
     heartbeat: Annotated[
         float, typer.Option(help="seconds between heartbeats")
     ] = defaults.HEARTBEAT_SECONDS,
+    pids_limit: Annotated[
+        int, typer.Option(min=16, help="processes per kernel container")
+    ] = defaults.PIDS_LIMIT,
+    saved_log: Annotated[
+        str, typer.Option(help="bytes of each kernel's log handed over when it is removed")
+    ] = "8m",
 ) -> None:
     """Run an agent for a manager on another host (when --manager is given)."""
     if ctx.invoked_subcommand is not None:
@@ -60,12 +80,25 @@ def run(
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():
         raise typer.BadParameter("must be ADDR:PORT", param_hint="--listen")
-    try:
-        mem_bytes = parse_size(mem) if mem else None
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--mem") from e
+    if (tls_cert is None) != (tls_key is None):
+        raise typer.BadParameter("give both --tls-cert and --tls-key", param_hint="--tls-key")
+    for hint, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if path is not None and not path.is_file():
+            raise typer.BadParameter(f"no such file: {path}", param_hint=hint)
+    sizes: dict[str, int | None] = {}
+    for hint, value in (("--mem", mem), ("--saved-log", saved_log)):
+        try:
+            sizes[hint] = parse_size(value) if value else None
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint=hint) from e
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    if tls_cert is None and not _loopback(host):
+        logging.getLogger("troupe.agent").warning(
+            "serving %s without TLS: the agent token travels in the clear "
+            "(give --tls-cert and --tls-key)",
+            listen,
+        )
     config = AgentConfig(
         manager=manager,
         token=token,
@@ -74,10 +107,23 @@ def run(
         name=name or socket.gethostname(),
         docker_url=docker_host,
         cpu=cpu,
-        mem=mem_bytes,
+        mem=sizes["--mem"],
         group=group,
         data_root=data_root,
         heartbeat=heartbeat,
         advertise=advertise,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        pids_limit=pids_limit,
+        saved_log_bytes=sizes["--saved-log"] or defaults.SAVED_LOG_BYTES,
     )
     asyncio.run(AgentDaemon(config).run())
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"

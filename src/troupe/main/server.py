@@ -35,15 +35,55 @@ def run(
     agent_timeout: Annotated[
         float, typer.Option(help="seconds without heartbeat before an agent is LOST")
     ] = defaults.AGENT_TIMEOUT_SECONDS,
+    max_body: Annotated[
+        str, typer.Option(help="largest request body, e.g. 1m (larger: 413)")
+    ] = "1m",
+    saved_log: Annotated[
+        str, typer.Option(help="bytes of each kernel's log kept after it is removed, e.g. 8m")
+    ] = "8m",
+    retention_days: Annotated[
+        float, typer.Option(help="days finished sessions and their logs are kept (0: forever)")
+    ] = defaults.RETENTION_DAYS,
+    pids_limit: Annotated[
+        int, typer.Option(min=16, help="processes per kernel container (local agent)")
+    ] = defaults.PIDS_LIMIT,
+    quota_sessions: Annotated[
+        int, typer.Option(min=0, help="default per-user limit: active sessions")
+    ] = defaults.QUOTA_SESSIONS,
+    quota_kernels: Annotated[
+        int, typer.Option(min=0, help="default per-user limit: kernels of active sessions")
+    ] = defaults.QUOTA_KERNELS,
+    quota_cpu: Annotated[
+        float | None, typer.Option(help="default per-user limit: cores (default: none)")
+    ] = None,
+    quota_mem: Annotated[
+        str | None, typer.Option(help="default per-user limit: memory, e.g. 64g (default: none)")
+    ] = None,
+    quota_gpu: Annotated[
+        int | None, typer.Option(help="default per-user limit: GPUs (default: none)")
+    ] = None,
+    quota_streams: Annotated[
+        int, typer.Option(min=1, help="per-user limit: concurrent waits, follows, execs, shells")
+    ] = defaults.QUOTA_STREAMS,
+    agent_ca: Annotated[
+        Path | None, typer.Option(help="CA file to verify agents that serve HTTPS")
+    ] = None,
     log_level: Annotated[str, typer.Option()] = "info",
 ) -> None:
     """Run the manager and a local agent (the embedded default)."""
     from troupe.api.models import parse_size
 
-    try:
-        mem_bytes = parse_size(mem) if mem else None
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--mem") from e
+    sizes: dict[str, int | None] = {}
+    for hint, value in (
+        ("--mem", mem),
+        ("--max-body", max_body),
+        ("--saved-log", saved_log),
+        ("--quota-mem", quota_mem),
+    ):
+        try:
+            sizes[hint] = parse_size(value) if value else None
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint=hint) from e
 
     import uvicorn
 
@@ -58,11 +98,22 @@ def run(
             db_url=db_url,
             local_agent=not no_local_agent,
             agent_cpu=cpu,
-            agent_mem=mem_bytes,
+            agent_mem=sizes["--mem"],
             subnet_pool=subnet_pool,
             agent_token=agent_token,
             agent_timeout=agent_timeout,
             data_dir=data_dir or defaults.data_dir(),
+            max_body_bytes=sizes["--max-body"] or defaults.MAX_BODY_BYTES,
+            saved_log_bytes=sizes["--saved-log"] or defaults.SAVED_LOG_BYTES,
+            retention_days=retention_days,
+            pids_limit=pids_limit,
+            quota_sessions=quota_sessions,
+            quota_kernels=quota_kernels,
+            quota_cpu=quota_cpu,
+            quota_mem=sizes["--quota-mem"],
+            quota_gpu=quota_gpu,
+            quota_streams=quota_streams,
+            agent_ca_file=agent_ca,
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
@@ -74,6 +125,8 @@ def run(
                 cpu=config.agent_cpu,
                 mem=config.agent_mem,
                 data_root=config.data_dir,
+                pids_limit=config.pids_limit,
+                saved_log_bytes=config.saved_log_bytes,
             )
         }
         if config.local_agent

@@ -7,8 +7,10 @@ agent; tests hand in fakes), so the manager imports nothing of ``troupe.agent``.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 
@@ -19,8 +21,9 @@ from troupe.manager.auth import ensure_admin
 from troupe.manager.changes import ChangeBus
 from troupe.manager.config import ServerConfig
 from troupe.manager.fleet import RemoteFactory
+from troupe.manager.limits import BodyLimit
 from troupe.manager.registry import Registry
-from troupe.manager.remote_agent import RemoteAgent
+from troupe.manager.remote_agent import verifying_with
 from troupe.manager.routes import agents as agent_routes
 from troupe.manager.routes import folders, misc, sessions, users
 from troupe.manager.store.db import make_engine, migrate
@@ -29,17 +32,33 @@ from troupe.manager.store.unit import Store
 log = logging.getLogger(__name__)
 
 
+def private_dir(path: Path) -> None:
+    """The data dir holds keys and logs: mode 0700, whatever the umask."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+
+
+def private_file(path: Path) -> None:
+    """Creates ``path`` empty with mode 0600 (SQLite gives its -wal and -shm the same)."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    path.chmod(0o600)
+
+
 def create_app(
     config: ServerConfig,
     local_agents: Mapping[str, AgentBackend] | None = None,
-    remote: RemoteFactory = RemoteAgent,
+    remote: RemoteFactory | None = None,
 ) -> FastAPI:
     """``local_agents``: in-process agents by id; ``remote`` makes the handle on an agent of
-    another host when it registers."""
+    another host when it registers (default: :class:`RemoteAgent`, verifying agents that serve
+    HTTPS with ``config.agent_ca_file``)."""
+    remote = remote or verifying_with(config.agent_ca_file)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        config.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(config.data_dir)
+        if config.db_url is None:  # SQLite: the file (and its -wal, -shm) readable by us only
+            private_file(config.data_dir / "troupe.db")
         engine = make_engine(config.database_url)
         await migrate(engine)
         store = Store(engine, ChangeBus())
@@ -70,6 +89,7 @@ def create_app(
         lifespan=lifespan,
     )
     edge.install(app)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     for module in (sessions, folders, users, misc, agent_routes):
         app.include_router(module.router, prefix="/v1")
     return app

@@ -1,4 +1,9 @@
-"""API keys: random, shown once, stored as SHA-256 (they carry 256 bits, so no slow hash)."""
+"""API keys: random, shown once, stored as SHA-256 (they carry 256 bits, so no slow hash).
+
+A revoked key is replaced by a marker no key hashes to (:data:`REVOKED`); rotating gives a new
+key and forgets the old one. A deleted user keeps its row (its sessions name it) but never
+authenticates again.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from troupe.manager.store.models import User
 
 KEY_PREFIX = "trp_"
+#: ``key_hash`` of a user without a valid key: not hex, so no SHA-256 digest equals it.
+REVOKED = "!"
 
 
 def new_api_key() -> str:
@@ -33,8 +40,31 @@ async def create_user(db: AsyncSession, name: str, admin: bool) -> tuple[User, s
     return user, key
 
 
+def revoked_hash() -> str:
+    """A unique ``key_hash`` that no key matches (the column is unique)."""
+    return REVOKED + secrets.token_hex(31)
+
+
+def is_revoked(user: User) -> bool:
+    return user.key_hash.startswith(REVOKED)
+
+
+def revoke_key(user: User) -> None:
+    user.key_hash = revoked_hash()
+
+
+def rotate_key(user: User) -> str:
+    """A new key for ``user`` (returned, to be shown once); the old one stops working."""
+    key = new_api_key()
+    user.key_hash = hash_key(key)
+    return key
+
+
 async def user_for_key(db: AsyncSession, key: str) -> User | None:
-    result = await db.execute(select(User).where(User.key_hash == hash_key(key)))
+    """The user of ``key``; None for an unknown, revoked or rotated key or a deleted user."""
+    result = await db.execute(
+        select(User).where(User.key_hash == hash_key(key), User.deleted_at.is_(None))
+    )
     return result.scalar_one_or_none()
 
 

@@ -33,6 +33,26 @@ class ServerConfig:
     #: Seconds between orphan sweeps (containers and networks of finished sessions).
     sweep_interval: float = 60.0
 
+    # -- limits (docs/reliability.md) ------------------------------------------------------
+    #: Largest request body accepted (bytes); larger ones get 413.
+    max_body_bytes: int = defaults.MAX_BODY_BYTES
+    #: Saved log of one kernel: only its last this many bytes are kept.
+    saved_log_bytes: int = defaults.SAVED_LOG_BYTES
+    #: Finished sessions (and their saved logs) are deleted after this many days; 0 keeps them.
+    retention_days: float = defaults.RETENTION_DAYS
+    #: Default per-user limits (admins may set others per user; admins have none).
+    quota_sessions: int = defaults.QUOTA_SESSIONS
+    quota_kernels: int = defaults.QUOTA_KERNELS
+    quota_cpu: float | None = None
+    quota_mem: int | None = None
+    quota_gpu: int | None = None
+    #: Processes per kernel container (the local agent's; remote agents have --pids-limit).
+    pids_limit: int = defaults.PIDS_LIMIT
+    #: CA bundle to verify agents that serve HTTPS (``troupe agent --tls-cert``).
+    agent_ca_file: Path | None = None
+    #: Concurrent long requests (wait, logs --follow, exec, terminals) of one user.
+    quota_streams: int = defaults.QUOTA_STREAMS
+
     def __post_init__(self) -> None:
         ipaddress.ip_network(self.subnet_pool)
 

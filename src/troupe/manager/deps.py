@@ -1,4 +1,9 @@
-"""Request dependencies: database session, registry, the authenticated user."""
+"""Request dependencies: database session, registry, the authenticated user, the stream
+counter.
+
+API keys are taken from the ``Authorization: Bearer <key>`` header only, never from the URL
+(query strings end up in access logs, proxies and browser history).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from troupe.manager.auth import user_for_key
 from troupe.manager.registry import Registry
 from troupe.manager.store.models import User
 from troupe.manager.store.unit import Store
+from troupe.manager.streams import Streams, streams_of
 
 
 async def get_db(request: Request) -> AsyncIterator[AsyncSession]:
@@ -26,16 +32,21 @@ def get_registry(request: Request) -> Registry:
     return registry
 
 
-def api_key(conn: HTTPConnection) -> str:
-    auth = conn.headers.get("authorization", "")
-    key = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
-    return key or conn.headers.get("x-api-key", "") or conn.query_params.get("api_key", "")
+def bearer(conn: HTTPConnection) -> str:
+    """The credential of ``Authorization: Bearer <credential>`` ("" if there is none)."""
+    scheme, _, value = conn.headers.get("authorization", "").strip().partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
 
 
 async def authenticate(store: Store, conn: HTTPConnection) -> User:
     """The user of a request or WebSocket, from its API key."""
-    key = api_key(conn)
+    key = bearer(conn)
     if not key:
+        if "api_key" in conn.query_params or "x-api-key" in conn.headers:
+            raise Unauthorized(
+                "API keys are accepted only in the Authorization header (Bearer <key>),"
+                " not in the URL or X-Api-Key"
+            )
         raise Unauthorized("missing API key (Authorization: Bearer <key>)")
     async with store() as db:
         user = await user_for_key(db, key)
@@ -54,7 +65,12 @@ async def admin_user(user: Annotated[User, Depends(current_user)]) -> User:
     return user
 
 
+def get_streams(request: Request) -> Streams:
+    return streams_of(request)
+
+
 DB = Annotated[AsyncSession, Depends(get_db)]
 CurrentUser = Annotated[User, Depends(current_user)]
 AdminUser = Annotated[User, Depends(admin_user)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]
+StreamsDep = Annotated[Streams, Depends(get_streams)]

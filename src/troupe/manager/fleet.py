@@ -8,11 +8,14 @@ into :attr:`Fleet.events`, which the registry reads in order.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
+import secrets
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.agent import AgentBackend, AgentCapacity, KernelExit, KernelState
@@ -25,6 +28,7 @@ from troupe.api.lifecycle import (
     transition,
     utcnow,
 )
+from troupe.manager.auth import hash_key
 from troupe.manager.config import ServerConfig
 from troupe.manager.events import AgentBack, AgentLost, FleetEvent, KernelExited
 from troupe.manager.scheduler import AgentState
@@ -53,6 +57,10 @@ class Fleet:
         #: LOST agents: skipped when removing sessions (the sweep cleans up once they are back)
         self.lost: set[str] = set()
         self.events: asyncio.Queue[FleetEvent] = asyncio.Queue()
+        #: agent of another host -> SHA-256 of its credential (as stored in its row)
+        self._credentials: dict[str, str] = {}
+        #: registrations and removals, one at a time (row and handle change together)
+        self._joining = asyncio.Lock()
 
     def __getitem__(self, agent_id: str) -> AgentBackend:
         agent = self.agents.get(agent_id)
@@ -62,6 +70,18 @@ class Fleet:
 
     def get(self, agent_id: str) -> AgentBackend | None:
         return self.agents.get(agent_id)
+
+    def is_remote(self, agent_id: str) -> bool:
+        """Whether ``agent_id`` is a known agent of another host (not an in-process one)."""
+        return agent_id in self.agents and agent_id not in self._local
+
+    def credential_ok(self, agent_id: str, credential: str) -> bool:
+        """Whether ``credential`` is the one issued to agent ``agent_id`` at its last
+        registration (constant-time comparison of the hashes)."""
+        stored = self._credentials.get(agent_id)
+        if stored is None:
+            return False
+        return hmac.compare_digest(hash_key(credential).encode(), stored.encode())
 
     def reachable(self) -> dict[str, AgentBackend]:
         return {i: a for i, a in self.agents.items() if i not in self.lost}
@@ -80,6 +100,8 @@ class Fleet:
                 if row.address and row.id not in self.agents:
                     token = self.config.resolve_agent_token()
                     self.agents[row.id] = self._remote(row.id, row.address, token)
+                    if row.credential_hash:
+                        self._credentials[row.id] = row.credential_hash
                     if row.status == AgentStatus.LOST:
                         self.lost.add(row.id)
 
@@ -146,30 +168,37 @@ class Fleet:
         """Stores what an agent reported (``address`` None: in-process); True if it was LOST."""
 
         async def step(db: AsyncSession) -> bool:
-            row = await db.get(Agent, agent_id)
-            was_lost = False
-            if row is None:
-                row = Agent(id=agent_id, name=cap.name)
-                begin(row, AgentStatus.ALIVE, changes_of(db))
-                db.add(row)
-            else:
-                was_lost = transition(row, AgentStatus.ALIVE, changes_of(db)) is not None
-            row.address, row.group, row.cpu, row.mem, row.gpu = (
-                address,
-                cap.group,
-                cap.cpu,
-                cap.mem,
-                cap.gpu,
-            )
-            row.swarm_manager, row.data_marker, row.underlay_mtu = (
-                cap.swarm_manager,
-                cap.data_marker,
-                cap.underlay_mtu,
-            )
-            row.last_heartbeat = utcnow()
-            return was_lost
+            return (await self._write_row(db, agent_id, cap, address))[1]
 
         return await self.store.write(step)
+
+    @staticmethod
+    async def _write_row(
+        db: AsyncSession, agent_id: str, cap: AgentCapacity, address: str | None
+    ) -> tuple[Agent, bool]:
+        """The agent's row as it reported itself, ALIVE; and whether it was LOST."""
+        row = await db.get(Agent, agent_id)
+        was_lost = False
+        if row is None:
+            row = Agent(id=agent_id, name=cap.name)
+            begin(row, AgentStatus.ALIVE, changes_of(db))
+            db.add(row)
+        else:
+            was_lost = transition(row, AgentStatus.ALIVE, changes_of(db)) is not None
+        row.address, row.group, row.cpu, row.mem, row.gpu = (
+            address,
+            cap.group,
+            cap.cpu,
+            cap.mem,
+            cap.gpu,
+        )
+        row.swarm_manager, row.data_marker, row.underlay_mtu = (
+            cap.swarm_manager,
+            cap.data_marker,
+            cap.underlay_mtu,
+        )
+        row.last_heartbeat = utcnow()
+        return row, was_lost
 
     async def remove_session(self, session_id: str, agent_ids: Iterable[str]) -> dict[str, str]:
         """Removes a session's kernels on ``agent_ids``, then its networks on every agent.
@@ -223,20 +252,78 @@ class Fleet:
             await self.remove_session(sid, held[sid])
 
     # -- agents on other hosts ---------------------------------------------------------
-    async def register_remote(self, cap: AgentCapacity, address: str) -> None:
-        """An agent (re)joined: record it, connect to it; the registry then sweeps."""
-        if cap.name in self._local:
-            raise Conflict(f"agent name {cap.name!r} is taken by the manager's own agent")
-        old = self.agents.get(cap.name)
-        if old is None or getattr(old, "address", None) != address:
-            if old is not None:
-                await old.close()
-            self.agents[cap.name] = self._remote(
-                cap.name, address, self.config.resolve_agent_token()
-            )
-        await self._record(cap.name, cap, address)
-        self.lost.discard(cap.name)
-        self.events.put_nowait(AgentBack(cap.name))
+    async def register_remote(
+        self, cap: AgentCapacity, address: str, credential: str | None = None
+    ) -> str:
+        """An agent (re)joined: check it may use its name, record it, connect to it; the
+        registry then sweeps. Returns the agent's new credential (only its hash is kept).
+
+        A name held by an ALIVE agent that has a credential is refused (:class:`Conflict`)
+        unless ``credential`` is that agent's: a live agent cannot be taken over.
+        """
+        name = cap.name
+        if name in self._local:
+            raise Conflict(f"agent name {name!r} is taken by the manager's own agent")
+        issued = secrets.token_urlsafe(32)
+        issued_hash = hash_key(issued)
+
+        async def step(db: AsyncSession) -> None:
+            row = await db.get(Agent, name)
+            if row is not None and row.credential_hash and row.status != AgentStatus.LOST:
+                sent = hash_key(credential or "")
+                if not hmac.compare_digest(sent.encode(), row.credential_hash.encode()):
+                    raise Conflict(
+                        f"agent name {name!r} is taken by a live agent: a live agent's name"
+                        " cannot be taken (stop it and wait until it is LOST, or remove it)",
+                        field="name",
+                    )
+            row, _ = await self._write_row(db, name, cap, address)
+            row.credential_hash = issued_hash
+
+        async with self._joining:
+            try:
+                await self.store.write(step)
+            except IntegrityError:  # another manager's registration of the name won
+                raise Conflict(f"agent {name!r} registered concurrently; try again") from None
+            old = self.agents.get(name)
+            if old is None or getattr(old, "address", None) != address:
+                if old is not None:
+                    await old.close()
+                token = self.config.resolve_agent_token()
+                self.agents[name] = self._remote(name, address, token)
+            self._credentials[name] = issued_hash
+            self.lost.discard(name)
+        self.events.put_nowait(AgentBack(name))
+        return issued
+
+    async def remove(self, name: str) -> None:
+        """Forgets an agent of another host for good (its row, its handle).
+
+        Refused (:class:`Conflict`) for the manager's own agents and for ALIVE ones; the
+        sessions of a LOST agent were failed when it was lost.
+        """
+        if name in self._local:
+            raise Conflict(f"agent {name!r} is the manager's own agent: it cannot be removed")
+
+        async def step(db: AsyncSession) -> None:
+            row = await db.get(Agent, name)
+            if row is None:
+                raise NotFound.of("agent", name)
+            if row.status == AgentStatus.ALIVE:
+                raise Conflict(f"agent {name!r} is ALIVE: stop it first, or wait until it is LOST")
+            await db.delete(row)
+
+        async with self._joining:
+            await self.store.write(step)
+            handle = self.agents.pop(name, None)
+            self._credentials.pop(name, None)
+            self.lost.discard(name)
+        if handle is not None:
+            try:
+                await handle.close()
+            except Exception as e:  # it is forgotten either way
+                log.warning("closing the handle of removed agent %s: %s", name, e)
+        log.warning("agent %s removed", name)
 
     async def heartbeat(self, name: str) -> bool:
         """False if the agent is unknown here (it should register again)."""

@@ -1,6 +1,9 @@
 """Reading from and running in a session's kernels: logs, exec, terminals.
 
 Logs come from the agent while a kernel exists and from the saved copy once it was removed.
+Everything that can be known before an answer starts is checked first (no such kernel: 422,
+not running: 409, its agent LOST or gone: 502), so the stream itself only fails for what
+happens while it runs.
 """
 
 from __future__ import annotations
@@ -8,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from troupe.api.agent import AgentBackend
-from troupe.api.errors import Invalid, NotRunning
+from troupe.api.errors import AgentFailed, Invalid, NotRunning
 from troupe.api.exec import ExecItem
 from troupe.api.lifecycle import SessionStatus
 from troupe.api.models import ExecRequest
@@ -24,23 +27,39 @@ def check_kernel(s: Session, hostname: str | None) -> list[Kernel]:
     return kernels
 
 
-async def logs(
+def agent_of(fleet: Fleet, k: Kernel, hint: str = "") -> AgentBackend:
+    """The agent holding kernel ``k``; :class:`AgentFailed` if it is LOST or gone."""
+    agent_id = k.agent_id or ""
+    agent = fleet.get(agent_id)
+    if agent is None:
+        why = f"agent {agent_id!r} of kernel {k.hostname} is gone (removed)"
+    elif agent_id in fleet.lost:
+        why = f"agent {agent_id!r} of kernel {k.hostname} is LOST (no heartbeat): unreachable"
+    else:
+        return agent
+    raise AgentFailed(why + hint, kernel=k.hostname)
+
+
+def logs(
     fleet: Fleet, store: LogStore, s: Session, container: str | None, follow: bool
 ) -> AsyncIterator[str]:
+    """The lines of one kernel (``container``) or of all, merged with ``[host]`` prefixes.
+
+    Checks first, raising before any line is read: no such kernel, or a kernel whose logs
+    would have to come from a LOST or gone agent (and have no saved copy).
+    """
     kernels = check_kernel(s, container)
-
-    def stream(k: Kernel) -> AsyncIterator[str]:
-        agent = fleet.get(k.agent_id or "")
-        if k.container_id and agent and not store.has(s.id, k.hostname):
-            return agent.logs(k.container_id, follow=follow)
-        return _aiter(store.lines(s.id, k.hostname))
-
+    sources: dict[str, AsyncIterator[str]] = {}
+    for k in kernels:
+        if k.container_id and not store.has(s.id, k.hostname):
+            others = container is None and len(kernels) > 1
+            agent = agent_of(fleet, k, "; logs of one kernel: ?container=NAME" if others else "")
+            sources[k.hostname] = agent.logs(k.container_id, follow=follow)
+        else:
+            sources[k.hostname] = _aiter(store.lines(s.id, k.hostname))
     if container is not None:
-        async for line in stream(kernels[0]):
-            yield strip(line)
-        return
-    async for line in merged({k.hostname: stream(k) for k in kernels}, follow=follow):
-        yield line
+        return _stripped(sources[kernels[0].hostname])
+    return merged(sources, follow=follow)
 
 
 def kernel_target(fleet: Fleet, s: Session, hostname: str) -> tuple[AgentBackend, str]:
@@ -50,12 +69,17 @@ def kernel_target(fleet: Fleet, s: Session, hostname: str) -> tuple[AgentBackend
     k = next((k for k in s.kernels if k.hostname == hostname), None)
     if k is None or not k.container_id:
         raise Invalid.field_rule("kernel", f"no kernel named {hostname!r} in this session")
-    return fleet[k.agent_id or ""], k.container_id
+    return agent_of(fleet, k), k.container_id
 
 
 def exec_stream(fleet: Fleet, s: Session, req: ExecRequest) -> AsyncIterator[ExecItem]:
     agent, container_id = kernel_target(fleet, s, req.kernel)
     return agent.exec_stream(container_id, req.command, user=req.user)
+
+
+async def _stripped(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    async for line in lines:
+        yield strip(line)
 
 
 async def _aiter(lines: list[str]) -> AsyncIterator[str]:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import re
+import shutil
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+
+from troupe.api import defaults
 
 
 def split_timestamp(line: str) -> tuple[str, str]:
@@ -21,17 +26,62 @@ def strip(line: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
+#: What a saved log's hostname may look like (agents report them; never a path).
+_HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
+
+
+def tail(text: str, limit: int) -> str:
+    """The last ``limit`` bytes of ``text`` (UTF-8), from the first whole line in them."""
+    if limit <= 0:
+        return ""
+    if len(text) * 4 <= limit:  # cannot be over the limit: no encoding needed
+        return text
+    data = text.encode(errors="replace")  # lone surrogates, if an agent sent any
+    if len(data) <= limit:
+        return text
+    cut = data[-limit:]
+    if data[-limit - 1 : -limit] != b"\n":  # starts inside a line: drop that part
+        newline = cut.find(b"\n")
+        cut = cut[newline + 1 :] if newline >= 0 else cut
+    return cut.decode(errors="ignore")
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Writes ``path`` with mode 0600 from the start, whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+        f.write(text)
+
+
 class LogStore:
-    """Logs of removed kernels, one file per kernel: ``<dir>/<session id>/<hostname>.log``."""
+    """Logs of removed kernels, one file per kernel: ``<dir>/<session id>/<hostname>.log``.
+
+    They may hold secrets a program printed: directories are 0700, files 0600. Each file keeps
+    the last ``limit`` bytes of its kernel's log (the agent caps them too).
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def save(self, session_id: str, logs: Mapping[str, str]) -> None:
+    def save(
+        self, session_id: str, logs: Mapping[str, str], limit: int = defaults.SAVED_LOG_BYTES
+    ) -> None:
+        _private_dir(self.root)
         d = self.root / session_id
-        d.mkdir(parents=True, exist_ok=True)
+        _private_dir(d)
         for host, text in logs.items():
-            (d / f"{host}.log").write_text(text)
+            if _HOSTNAME.match(host):
+                _write_private(d / f"{host}.log", tail(text, limit))
+
+    def remove(self, session_id: str) -> None:
+        """Deletes a session's saved logs (none: nothing to do)."""
+        shutil.rmtree(self.root / session_id, ignore_errors=True)
 
     def has(self, session_id: str, hostname: str) -> bool:
         return (self.root / session_id / f"{hostname}.log").exists()

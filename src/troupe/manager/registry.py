@@ -22,7 +22,16 @@ from troupe.api.models import SessionCreate
 from troupe.manager.config import ServerConfig
 from troupe.manager.events import AgentBack, AgentLost, FleetEvent, KernelExited
 from troupe.manager.fleet import Fleet, RemoteFactory
-from troupe.manager.life import Life, admission, exits, placing, preparing, reconcile, teardown
+from troupe.manager.life import (
+    Life,
+    admission,
+    exits,
+    placing,
+    preparing,
+    reconcile,
+    retention,
+    teardown,
+)
 from troupe.manager.life.lost import victims_of
 from troupe.manager.logs import LogStore
 from troupe.manager.store.models import Session, User
@@ -147,6 +156,7 @@ class Registry:
     # -- loops -----------------------------------------------------------------------
     async def _scheduler_loop(self) -> None:
         last_sweep = time.monotonic()
+        last_retention = -retention.INTERVAL  # a first sweep at start
         next_pass = 5.0
         while True:
             with contextlib.suppress(TimeoutError):
@@ -163,6 +173,9 @@ class Registry:
                 if time.monotonic() - last_sweep > self.config.sweep_interval:
                     last_sweep = time.monotonic()
                     await self.fleet.sweep_orphans()
+                if time.monotonic() - last_retention > retention.INTERVAL:
+                    last_retention = time.monotonic()
+                    await retention.sweep(self.life)
             except Exception:
                 log.exception("scheduling pass failed")
 

@@ -2,13 +2,17 @@
 
 Errors come back in the shared shape and are raised as the same domain errors the agent
 raised (:func:`troupe.api.errors.from_wire`); a transport failure is :class:`AgentFailed`.
+An agent that serves HTTPS (``troupe agent --tls-cert``) is verified with the manager's
+``--agent-ca`` (:func:`tls_context`), for requests and terminals (``wss://``) alike.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+import ssl
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -62,13 +66,37 @@ def _raise_for(agent: str, resp: httpx.Response) -> None:
     raise from_wire(resp.status_code, body, f"agent {agent}: HTTP {resp.status_code}")
 
 
+def tls_context(ca_file: Path | None) -> ssl.SSLContext:
+    """Verifies agents' certificates with ``ca_file`` (the system's CAs when None)."""
+    return ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+
+
+def verifying_with(ca_file: Path | None) -> Callable[[str, str, str], RemoteAgent]:
+    """Makes :class:`RemoteAgent` handles that verify HTTPS agents with ``ca_file`` (read
+    now: a missing file fails at start, not at an agent's first call)."""
+    verify: ssl.SSLContext | bool = tls_context(ca_file) if ca_file else True
+
+    def remote(name: str, address: str, token: str) -> RemoteAgent:
+        return RemoteAgent(name, address, token, verify=verify)
+
+    return remote
+
+
 class RemoteAgent:
-    def __init__(self, name: str, address: str, token: str) -> None:
+    def __init__(
+        self, name: str, address: str, token: str, verify: ssl.SSLContext | bool = True
+    ) -> None:
+        """``verify``: how an ``https://`` agent's certificate is checked (httpx's meaning:
+        an SSL context, True for the system's CAs)."""
         self.name = name
         self.address = address.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"}
+        self._verify = verify
         self._http = httpx.AsyncClient(
-            base_url=self.address + AGENT_PREFIX, headers=self._headers, timeout=httpx.Timeout(30.0)
+            base_url=self.address + AGENT_PREFIX,
+            headers=self._headers,
+            timeout=httpx.Timeout(30.0),
+            verify=verify,
         )
 
     async def start(self, on_exit: ExitHandler | None = None) -> None:
@@ -170,5 +198,11 @@ class RemoteAgent:
             self.address.replace("http", "ws", 1)
             + f"{AGENT_PREFIX}/containers/{container_id}/shell"
         )
-        async with connect(f"{url}?user={user}", additional_headers=self._headers) as ws:
+        tls: dict[str, Any] = {}
+        if url.startswith("wss://"):
+            if isinstance(self._verify, ssl.SSLContext):
+                tls["ssl"] = self._verify
+            elif not self._verify:
+                tls["ssl"] = ssl._create_unverified_context()
+        async with connect(f"{url}?user={user}", additional_headers=self._headers, **tls) as ws:
             yield RemoteShell(ws)

@@ -1,13 +1,14 @@
-"""``troupe agent list``: the hosts that run kernels. (Running an agent, ``troupe agent
---manager URL ...``, belongs to the composition root, :mod:`troupe.main.agent`.)"""
+"""``troupe agent list`` / ``remove``: the hosts that run kernels. (Running an agent,
+``troupe agent --manager URL ...``, belongs to the composition root, :mod:`troupe.main.agent`.)"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
-from troupe.client.cli.output import client, human_size, print_json, print_table
+from troupe.client.cli.output import client, console, human_size, print_json, print_table
 
 app = typer.Typer(no_args_is_help=True, help="Agents (hosts that run kernels).")
 
@@ -39,3 +40,11 @@ def list_(
             for a in agents
         ],
     )
+
+
+@app.command()
+def remove(name: Annotated[str, typer.Argument(help="the agent's name")]) -> None:
+    """Forget a LOST agent of another host (admins). An ALIVE one must be stopped first."""
+    with client() as c:
+        c.remove_agent(name)
+    console.print(Text(f"agent {name} removed"))

@@ -2,17 +2,27 @@
 
 Reads, then asks agents (images), then writes: no agent call inside a transaction. The
 database's unique index on active names decides between concurrent creates of one name.
+
+The user's limits (:mod:`troupe.manager.quotas`) are checked in the transaction that stores
+the session, under a lock per owner (:func:`owner_lock`): two concurrent creates of one user
+cannot both fit the last free slot of a quota. The lock lives in this process, which is
+enough because one manager process serves the API (the database is not shared by several
+managers); deleting a user takes the same lock, so no session slips in while it is deleted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from troupe.api.errors import Conflict, DoesNotFit, Invalid
+from troupe.api.errors import Conflict, DoesNotFit, Invalid, QuotaExceeded, Unauthorized
 from troupe.api.lifecycle import (
     SESSION_ACTIVE,
     Change,
@@ -23,6 +33,7 @@ from troupe.api.lifecycle import (
 )
 from troupe.api.models import SessionCreate
 from troupe.cluster import build_cluster, generate_ed25519
+from troupe.manager import quotas
 from troupe.manager.life.context import Life
 from troupe.manager.scheduler import Request, never_fits
 from troupe.manager.store.models import Folder, Kernel, Session, User
@@ -33,11 +44,54 @@ def _name_taken(name: str) -> Conflict:
     return Conflict(f"name: a session named {name!r} already exists", field="name")
 
 
+_locks: dict[str, asyncio.Lock] = {}
+_holders: Counter[str] = Counter()
+
+
+@asynccontextmanager
+async def owner_lock(owner_id: str) -> AsyncIterator[None]:
+    """One admission (or user deletion) of an owner at a time, in this process."""
+    lock = _locks.setdefault(owner_id, asyncio.Lock())
+    _holders[owner_id] += 1
+    try:
+        async with lock:
+            yield
+    finally:
+        _holders[owner_id] -= 1
+        if not _holders[owner_id]:
+            del _holders[owner_id]
+            _locks.pop(owner_id, None)
+
+
+async def active_usage(db: AsyncSession, owner_id: str) -> quotas.Usage:
+    """What the owner's active sessions hold."""
+    rows = await db.execute(
+        select(Session.cluster_size, Session.cpu, Session.mem, Session.gpu).where(
+            Session.owner_id == owner_id, Session.status.in_(SESSION_ACTIVE)
+        )
+    )
+    return quotas.Usage.of((size, cpu, mem, gpu) for size, cpu, mem, gpu in rows.all())
+
+
+def _ask(req: SessionCreate) -> quotas.Ask:
+    r = req.resources
+    return quotas.Ask(req.group, req.priority, req.cluster_size, r.cpu, r.mem, r.gpu)
+
+
+def _refuse(refusal: quotas.Refusal | None) -> None:
+    if refusal is not None:
+        raise QuotaExceeded(refusal.message, field=refusal.field)
+
+
 async def admit(life: Life, owner: User, req: SessionCreate) -> str:
     """Stores the session PENDING and returns its id; raises a domain error if it can't be."""
     if req.cluster_size > life.config.max_cluster_size:
         raise Invalid.field_rule("cluster_size", f"must be at most {life.config.max_cluster_size}")
+    limits = quotas.limits_of(life.config, owner)
+    _refuse(quotas.check_static(limits, _ask(req)))
     async with life.store() as db:
+        if not owner.admin:  # early, so a refusal says the quota; checked again when stored
+            _refuse(quotas.check(limits, await active_usage(db, owner.id), _ask(req)))
         taken = await db.execute(
             select(Session.id).where(
                 Session.owner_id == owner.id,
@@ -77,10 +131,17 @@ async def admit(life: Life, owner: User, req: SessionCreate) -> str:
     session_id = str(uuid.uuid4())
 
     async def store(db: AsyncSession) -> None:
+        user = await db.get(User, owner.id, populate_existing=True)
+        if user is None or user.deleted_at is not None:
+            raise Unauthorized("this user was deleted")
+        if not user.admin:  # fresh limits: an admin may have changed them meanwhile
+            used = await active_usage(db, user.id)
+            _refuse(quotas.check(quotas.limits_of(life.config, user), used, _ask(req)))
         db.add(new_session(session_id, owner, req, folders, changes_of(db)))
 
     try:
-        await life.store.write(store)
+        async with owner_lock(owner.id):
+            await life.store.write(store)
     except IntegrityError:
         raise _name_taken(req.name) from None
     return session_id

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.lifecycle import KernelStatus, SessionStatus, transition, utcnow
 from troupe.manager.life.context import Life
+from troupe.manager.life.teardown import wipe_keys
 from troupe.manager.scheduler import Request, schedule
 from troupe.manager.store.models import Session
 from troupe.manager.store.unit import changes_of
@@ -47,6 +48,7 @@ async def place_pending(life: Life) -> Pass:
                 transition(s, SessionStatus.CANCELLED, changes, now)
                 for k in s.kernels:
                     transition(k, KernelStatus.TERMINATED, changes, now)
+                wipe_keys(s)
                 continue
             live.append(s)
             if s.max_pending_seconds:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -41,6 +42,9 @@ from troupe.manager.store.models import Agent, Session
 from troupe.manager.store.unit import changes_of
 
 S, K = SessionStatus, KernelStatus
+T = TypeVar("T")
+#: How long a cancelled preparer waits for an agent call under way to finish.
+SETTLE_SECONDS = 30.0
 
 
 @dataclass
@@ -177,15 +181,36 @@ async def _create_network(life: Life, session_id: str, plan: Plan) -> None:
         return subnet
 
     picked = [""]
-    for _ in range(64):
+    for _ in range(8):  # the engine may know a network the database does not: pick again
+        for _ in range(64):
+            try:
+                plan.network.subnet = await life.store.write(claim)
+                break
+            except IntegrityError:  # another session took it a moment ago: pick again
+                used.append(picked[0])
+        else:
+            raise AgentFailed("could not claim a free subnet")
         try:
-            plan.network.subnet = await life.store.write(claim)
-            break
-        except IntegrityError:  # another session took it a moment ago: pick again
-            used.append(picked[0])
-    else:
-        raise AgentFailed("could not claim a free subnet")
-    await life.fleet[plan.creator].create_network(plan.network)
+            await settled(life.fleet[plan.creator].create_network(plan.network))
+            return
+        except AgentFailed as e:
+            if "overlap" not in str(e).lower():
+                raise
+            used.append(plan.network.subnet)
+    raise AgentFailed("every subnet tried overlaps a network on the engine")
+
+
+async def settled(call: Awaitable[T]) -> T:
+    """Runs an agent call that creates something; if the preparer is cancelled meanwhile
+    (destroy, time-out), waits (a bounded while) for the call to finish first, so the
+    teardown that follows finds and removes what it made instead of racing it."""
+    task = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(task), SETTLE_SECONDS)
+        raise
 
 
 async def _create_kernels(life: Life, session_id: str, plan: Plan, inbox: Inbox) -> dict[str, str]:
@@ -195,7 +220,9 @@ async def _create_kernels(life: Life, session_id: str, plan: Plan, inbox: Inbox)
     by_agent: dict[str, list[KernelSpec]] = defaultdict(list)
     for spec in specs:
         by_agent[plan.kernels[spec.kernel_id][1]].append(spec)
-    started_lists = await gather_all(life.fleet[a].create_kernels(ks) for a, ks in by_agent.items())
+    started_lists = await settled(
+        gather_all(life.fleet[a].create_kernels(ks) for a, ks in by_agent.items())
+    )
     started = {k.kernel_id: k for lst in started_lists for k in lst}
     _raise_exits(plan, inbox)
 

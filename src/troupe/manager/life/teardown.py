@@ -4,6 +4,9 @@ TERMINATING (with the ending it will reach, stored, so a restarted manager finis
 the preparer, if any, is stopped -> every agent holding kernels removes them, saving their
 logs -> every agent removes the session's networks -> kernels TERMINATED, session final.
 A PENDING session has nothing on any agent: it is CANCELLED at once.
+
+A final session needs no keys any more: its SSH key and its kernels' host keys are wiped
+from the store in the transaction that makes it final (:func:`wipe_keys`).
 """
 
 from __future__ import annotations
@@ -16,9 +19,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.lifecycle import KernelStatus, SessionStatus, transition
 from troupe.manager.life.context import Life, load
+from troupe.manager.store.models import Session
 from troupe.manager.store.unit import changes_of
 
 S, K = SessionStatus, KernelStatus
+
+
+def wipe_keys(s: Session) -> None:
+    """Forgets the private keys of a session that reached its final status."""
+    s.ssh_private_key = ""
+    for k in s.kernels:
+        k.host_private_key = ""
 
 
 async def teardown(
@@ -41,6 +52,7 @@ async def teardown(
             transition(s, S.CANCELLED, changes)
             for k in s.kernels:
                 transition(k, K.TERMINATED, changes)
+            wipe_keys(s)
             return None
         if s.status != S.TERMINATING:
             s.status_info, s.ending = info, ending
@@ -56,7 +68,7 @@ async def teardown(
     await stop_preparer(session_id)
     saved = await life.fleet.remove_session(session_id, agent_ids)
     if saved:
-        await asyncio.to_thread(life.logs.save, session_id, saved)
+        await asyncio.to_thread(life.logs.save, session_id, saved, life.config.saved_log_bytes)
 
     async def finish(db: AsyncSession) -> None:
         s = await load(db, session_id)
@@ -64,5 +76,6 @@ async def teardown(
         for k in s.kernels:
             transition(k, K.TERMINATED, changes)
         transition(s, final, changes)
+        wipe_keys(s)
 
     await life.store.write(finish)

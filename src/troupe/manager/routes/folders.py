@@ -7,6 +7,7 @@ import uuid
 from fastapi import APIRouter
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.errors import Conflict, NotFound
 from troupe.api.lifecycle import SESSION_ACTIVE
@@ -19,6 +20,17 @@ router = APIRouter(tags=["folders"])
 
 def folder_info(f: Folder, owner: str) -> FolderInfo:
     return FolderInfo(id=f.id, name=f.name, owner=owner, created_at=f.created_at)
+
+
+async def delete_owned(db: AsyncSession, owner_id: str) -> list[str]:
+    """Deletes the rows of every folder of ``owner_id`` (not committed); returns their ids,
+    whose data the caller deletes once committed (``Registry.delete_folder_data``)."""
+    rows = await db.execute(select(Folder).where(Folder.owner_id == owner_id))
+    ids = []
+    for f in rows.scalars():
+        ids.append(f.id)
+        await db.delete(f)
+    return ids
 
 
 @router.post("/folders", status_code=201, response_model=FolderInfo)

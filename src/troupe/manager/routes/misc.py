@@ -1,4 +1,4 @@
-"""/v1/health, /v1/agents, /v1/images."""
+"""/v1/health, /v1/agents (list; remove, for admins), /v1/images."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from troupe import __version__
 from troupe.api.errors import TroupeError
 from troupe.api.lifecycle import SESSION_HAS_KERNELS
 from troupe.api.models import AgentInfo, ImageInfo
-from troupe.manager.deps import DB, CurrentUser, RegistryDep
+from troupe.manager.deps import DB, AdminUser, CurrentUser, RegistryDep
 from troupe.manager.store.models import Agent, Kernel, Session
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,14 @@ async def list_agents(db: DB, _: CurrentUser, registry: RegistryDep) -> list[Age
             )
         )
     return out
+
+
+@router.delete("/agents/{name}", status_code=204, tags=["agents"])
+async def remove_agent(name: str, _: AdminUser, registry: RegistryDep) -> None:
+    """Forgets an agent of another host (admins). Only a LOST one: an ALIVE agent must be
+    stopped first (409), and the manager's own agents stay (409). Its sessions were failed
+    when it was lost; if it comes back it registers as a new agent."""
+    await registry.fleet.remove(name)
 
 
 @router.get("/images", response_model=list[ImageInfo], tags=["images"])

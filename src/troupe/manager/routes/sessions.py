@@ -1,7 +1,10 @@
 """/v1/sessions: create, list, get, wait, destroy, logs, exec, shell.
 
 Long requests (wait, logs, exec, shell) look the session up in a short transaction and hold
-no database connection while they wait or stream.
+no database connection while they wait or stream. Those that may last (wait, followed logs,
+exec, shell) each hold one of the user's stream slots (:mod:`troupe.manager.streams`), taken
+after every other check and before the answer starts, released when they end or their client
+goes away.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from troupe.api.lifecycle import SESSION_ACTIVE, SessionStatus
 from troupe.api.models import ExecRequest, SessionCreate, SessionInfo
 from troupe.api.shell import serve_shell
 from troupe.manager import kernel_io
-from troupe.manager.deps import DB, CurrentUser, RegistryDep, authenticate
+from troupe.manager.deps import DB, CurrentUser, RegistryDep, StreamsDep, authenticate
 from troupe.manager.routes.views import session_info
 from troupe.manager.store.models import Session, User
+from troupe.manager.streams import SlotResponse, streams_of, unless_disconnected
 
 router = APIRouter(tags=["sessions"])
 
@@ -83,6 +87,7 @@ async def wait_session(
     request: Request,
     user: CurrentUser,
     registry: RegistryDep,
+    streams: StreamsDep,
     until: Annotated[Literal["running", "final", "change"], Query()] = "running",
     since: Annotated[str | None, Query(description="status seen last (until=change)")] = None,
     timeout: Annotated[float, Query(gt=0, le=300)] = 30.0,
@@ -100,7 +105,9 @@ async def wait_session(
             return False
         return x.status != seen
 
-    return session_info(await registry.wait_for(s.id, done, timeout))
+    with streams.open(user):
+        waited = await unless_disconnected(request.receive, registry.wait_for(s.id, done, timeout))
+    return session_info(waited if waited is not None else s)  # None: nobody is listening
 
 
 @router.delete("/sessions/{ref}", response_model=SessionInfo)
@@ -117,11 +124,14 @@ async def session_logs(
     request: Request,
     user: CurrentUser,
     registry: RegistryDep,
+    streams: StreamsDep,
     container: Annotated[str | None, Query(description="hostname, e.g. sub1")] = None,
     follow: bool = False,
 ) -> StreamingResponse:
+    """Logs of every kernel (``[host]`` prefixes) or of one; ``follow`` streams new lines
+    until the kernels end or the client leaves (headers are sent at once)."""
     s = await lookup(request, user, ref)
-    kernel_io.check_kernel(s, container)  # a bad name is a 422, before the response starts
+    # a bad name (422) or an unreachable agent (502) is refused before the response starts
     lines = kernel_io.logs(registry.fleet, registry.life.logs, s, container, follow)
 
     async def body() -> AsyncIterator[bytes]:
@@ -131,12 +141,20 @@ async def session_logs(
         except TroupeError as e:  # the status is sent already: the last line says it
             yield f"troupe: logs ended: {e.message}\n".encode()
 
-    return StreamingResponse(body(), media_type="text/plain; charset=utf-8")
+    media_type = "text/plain; charset=utf-8"
+    if not follow:
+        return StreamingResponse(body(), media_type=media_type)
+    return SlotResponse(streams.open(user), body(), media_type=media_type)
 
 
 @router.post("/sessions/{ref}/exec", response_class=StreamingResponse)
 async def session_exec(
-    ref: str, req: ExecRequest, request: Request, user: CurrentUser, registry: RegistryDep
+    ref: str,
+    req: ExecRequest,
+    request: Request,
+    user: CurrentUser,
+    registry: RegistryDep,
+    streams: StreamsDep,
 ) -> StreamingResponse:
     """Streams NDJSON (troupe.api.exec): ``{"data": base64}`` lines, then ``{"exit_code": N}``."""
     s = await lookup(request, user, ref)
@@ -149,7 +167,7 @@ async def session_exec(
         except TroupeError as e:  # the status is sent already: the last line says it
             yield wire_exec.encode(e)
 
-    return StreamingResponse(body(), media_type=wire_exec.MEDIA_TYPE)
+    return SlotResponse(streams.open(user), body(), media_type=wire_exec.MEDIA_TYPE)
 
 
 @router.websocket("/sessions/{ref}/shell")
@@ -158,8 +176,9 @@ async def session_shell(ws: WebSocket, ref: str, kernel: str = "main1") -> None:
 
     Protocol: binary frames carry terminal bytes both ways; the client may send text frames
     ``{"resize": [rows, cols]}``; at the end the server sends ``{"exit_code": N}`` and closes.
-    Errors before the shell starts: ``{"error": {...}}`` then close code 4000 + HTTP status.
-    Auth: ``Authorization: Bearer KEY`` header (or ``api_key`` query parameter for browsers).
+    Errors before the shell starts: ``{"error": {...}}`` then close code 4000 + HTTP status
+    (4429: too many streams of this user).
+    Auth: ``Authorization: Bearer KEY`` header only (never a key in the URL).
     """
     from troupe.api.edge import http_status
 
@@ -168,9 +187,11 @@ async def session_shell(ws: WebSocket, ref: str, kernel: str = "main1") -> None:
         user = await authenticate(ws.app.state.db, ws)
         s = await lookup(ws, user, ref)
         agent, container_id = kernel_io.kernel_target(ws.app.state.registry.fleet, s, kernel)
+        slot = streams_of(ws).open(user)
     except TroupeError as e:
         await ws.send_text(json.dumps(e.to_wire()))
         await ws.close(code=4000 + http_status(e))
         return
-    async with agent.shell(container_id) as sh:
-        await serve_shell(ws, sh)
+    with slot:
+        async with agent.shell(container_id) as sh:
+            await serve_shell(ws, sh)

@@ -1,22 +1,149 @@
-"""/v1/users: admins create users; each gets an API key shown once."""
+"""/v1/users: admins create, list, limit, revoke, rotate and delete users; each user may see
+their own limits and rotate their own key. A key is shown once, when it is made.
+
+Deleting a user keeps its row (finished sessions name their owner) but renames it, so the
+name can be taken again, and deletes its folders with their data. The last admin with a
+valid key can be neither revoked nor deleted. Changes of keys and users are serialized in
+this process (one manager process serves the API), so two admins cannot revoke each other
+at once; a deletion also holds the user's admission lock, so no session slips in meanwhile.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+import asyncio
+import secrets
+from dataclasses import asdict
+from typing import Any
 
-from troupe.api.errors import Conflict
-from troupe.api.models import UserCreate, UserInfo
-from troupe.manager.auth import create_user
-from troupe.manager.deps import DB, AdminUser, CurrentUser
-from troupe.manager.store.models import User
+from fastapi import APIRouter
+from pydantic import BaseModel, Field, field_validator
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from troupe.api.errors import Conflict, Forbidden, Invalid, NotFound
+from troupe.api.lifecycle import SESSION_ACTIVE, utcnow
+from troupe.api.models import Name, Strict, UserCreate, UserInfo, parse_size
+from troupe.manager import quotas
+from troupe.manager.auth import REVOKED, create_user, is_revoked, revoke_key, rotate_key
+from troupe.manager.deps import DB, AdminUser, CurrentUser, RegistryDep
+from troupe.manager.life.admission import active_usage, owner_lock
+from troupe.manager.routes.folders import delete_owned
+from troupe.manager.store.models import Session, User
 
 router = APIRouter(tags=["users"])
 
+#: Revokes, rotations and deletions, one at a time (the last-admin rule depends on it).
+_changes = asyncio.Lock()
+#: ``/users/me`` is the caller: no user may be called so.
+RESERVED = "me"
 
+
+# -- wire models -------------------------------------------------------------------------
+class LimitsUpdate(Strict):
+    """A user's own limits; a key given null goes back to the server's default, a key left
+    out keeps its value."""
+
+    sessions: int | None = Field(None, ge=0, description="active sessions")
+    kernels: int | None = Field(None, ge=0, description="kernels of active sessions")
+    cpu: float | None = Field(None, ge=0, allow_inf_nan=False, description="cores in use")
+    mem: int | None = Field(None, ge=0, description="bytes in use, or a size such as 64g")
+    gpu: int | None = Field(None, ge=0, description="GPUs in use")
+    streams: int | None = Field(None, ge=1, description="concurrent waits, follows, execs")
+    max_priority: int | None = Field(None, ge=-100, le=100, description="highest priority")
+    groups: list[Name] | None = Field(None, description="resource groups the user may use")
+
+    @field_validator("mem", mode="before")
+    @classmethod
+    def _size(cls, v: object) -> object:
+        return None if v is None else parse_size(v)
+
+
+class Limits(BaseModel):
+    """Effective limits (null: none)."""
+
+    sessions: int | None = None
+    kernels: int | None = None
+    cpu: float | None = None
+    mem: int | None = None
+    gpu: int | None = None
+    streams: int | None = None
+    max_priority: int | None = None
+    groups: list[str] | None = None
+
+
+class Usage(BaseModel):
+    """What the user's active sessions hold."""
+
+    sessions: int = 0
+    kernels: int = 0
+    cpu: float = 0.0
+    mem: int = 0
+    gpu: int = 0
+
+
+class UserListed(UserInfo):
+    revoked: bool = Field(False, description="the key was revoked (rotate gives a new one)")
+
+
+class UserDetail(UserListed):
+    limits: Limits = Field(description="effective limits: the user's own over the defaults")
+    overrides: dict[str, Any] = Field(description="the limits an admin set for this user")
+    usage: Usage
+
+
+def listed(u: User) -> UserListed:
+    return UserListed(
+        id=u.id, name=u.name, admin=u.admin, created_at=u.created_at, revoked=is_revoked(u)
+    )
+
+
+async def detail(db: AsyncSession, u: User, registry: RegistryDep) -> UserDetail:
+    limits = quotas.limits_of(registry.config, u)
+    used = await active_usage(db, u.id)
+    return UserDetail(
+        **listed(u).model_dump(),
+        limits=Limits(**limits.as_dict()),
+        overrides=dict(u.limits or {}),
+        usage=Usage(**asdict(used)),
+    )
+
+
+def with_key(u: User, key: str) -> UserInfo:
+    return UserInfo(id=u.id, name=u.name, admin=u.admin, created_at=u.created_at, api_key=key)
+
+
+async def find_user(db: AsyncSession, name: str) -> User:
+    row = await db.execute(select(User).where(User.name == name, User.deleted_at.is_(None)))
+    user = row.scalar_one_or_none()
+    if user is None:
+        raise NotFound.of("user", name)
+    return user
+
+
+async def check_not_last_admin(db: AsyncSession, user: User) -> None:
+    """Refuses to take away the last admin that can still sign in."""
+    if not user.admin or is_revoked(user):
+        return
+    others = await db.execute(
+        select(func.count())
+        .select_from(User)
+        .where(
+            User.admin.is_(True),
+            User.deleted_at.is_(None),
+            User.id != user.id,
+            ~User.key_hash.startswith(REVOKED),
+        )
+    )
+    if not others.scalar_one():
+        raise Conflict(f"user {user.name!r} is the last admin; make another admin first")
+
+
+# -- routes ------------------------------------------------------------------------------
 @router.post("/users", status_code=201, response_model=UserInfo)
 async def new_user(req: UserCreate, db: DB, _: AdminUser) -> UserInfo:
+    if req.name == RESERVED:
+        raise Invalid.field_rule("name", f"{RESERVED!r} is reserved")
     taken = Conflict(f"name: a user named {req.name!r} already exists", field="name")
     if (await db.execute(select(User.id).where(User.name == req.name))).first():
         raise taken
@@ -25,20 +152,104 @@ async def new_user(req: UserCreate, db: DB, _: AdminUser) -> UserInfo:
         await db.commit()  # the unique name settles concurrent creates
     except IntegrityError:
         raise taken from None
-    return UserInfo(
-        id=user.id, name=user.name, admin=user.admin, created_at=user.created_at, api_key=key
-    )
+    return with_key(user, key)
 
 
-@router.get("/users", response_model=list[UserInfo])
-async def list_users(db: DB, _: AdminUser) -> list[UserInfo]:
-    rows = await db.execute(select(User).order_by(User.name))
-    return [
-        UserInfo(id=u.id, name=u.name, admin=u.admin, created_at=u.created_at)
-        for u in rows.scalars()
-    ]
+@router.get("/users", response_model=list[UserListed])
+async def list_users(db: DB, _: AdminUser) -> list[UserListed]:
+    rows = await db.execute(select(User).where(User.deleted_at.is_(None)).order_by(User.name))
+    return [listed(u) for u in rows.scalars()]
 
 
-@router.get("/users/me", response_model=UserInfo)
-async def me(user: CurrentUser) -> UserInfo:
-    return UserInfo(id=user.id, name=user.name, admin=user.admin, created_at=user.created_at)
+@router.get("/users/me", response_model=UserDetail)
+async def me(db: DB, user: CurrentUser, registry: RegistryDep) -> UserDetail:
+    """You, your limits and what your active sessions hold."""
+    return await detail(db, user, registry)
+
+
+@router.post("/users/me/rotate", response_model=UserInfo)
+async def rotate_mine(user: CurrentUser, registry: RegistryDep) -> UserInfo:
+    """A new key for you (shown once); the one you used stops working."""
+    return await _rotate(registry, user.name)
+
+
+@router.get("/users/{name}", response_model=UserDetail)
+async def get_user(name: str, db: DB, user: CurrentUser, registry: RegistryDep) -> UserDetail:
+    """A user (admins: anyone; others: themselves), their effective limits and what their
+    active sessions hold."""
+    if not user.admin and name != user.name:
+        raise Forbidden("admin only")
+    return await detail(db, await find_user(db, name), registry)
+
+
+@router.put("/users/{name}/limits", response_model=UserDetail)
+async def set_limits(
+    name: str, req: LimitsUpdate, db: DB, _: AdminUser, registry: RegistryDep
+) -> UserDetail:
+    """Sets the keys given (null: back to the server's default); keeps the others."""
+    user = await find_user(db, name)
+    limits = dict(user.limits or {})
+    for key in req.model_fields_set:
+        value = getattr(req, key)
+        if value is None:
+            limits.pop(key, None)
+        else:
+            limits[key] = value
+    user.limits = limits  # a new dict: the JSON column sees the change
+    await db.commit()
+    return await detail(db, user, registry)
+
+
+@router.post("/users/{name}/revoke", response_model=UserListed)
+async def revoke(name: str, _: AdminUser, registry: RegistryDep) -> UserListed:
+    """The user's key stops working at once; rotating gives them a new one."""
+    async with _changes, registry.store() as db:
+        user = await find_user(db, name)
+        await check_not_last_admin(db, user)
+        if not is_revoked(user):
+            revoke_key(user)
+            await db.commit()
+        return listed(user)
+
+
+@router.post("/users/{name}/rotate", response_model=UserInfo)
+async def rotate(name: str, _: AdminUser, registry: RegistryDep) -> UserInfo:
+    """A new key for the user (shown once); the old one stops working."""
+    return await _rotate(registry, name)
+
+
+async def _rotate(registry: RegistryDep, name: str) -> UserInfo:
+    async with _changes, registry.store() as db:
+        user = await find_user(db, name)
+        key = rotate_key(user)
+        await db.commit()
+        return with_key(user, key)
+
+
+@router.delete("/users/{name}", status_code=204)
+async def delete_user(name: str, _: AdminUser, registry: RegistryDep) -> None:
+    """Not while the user has active sessions. Their folders go with their data; their
+    finished sessions stay (owned by the renamed, deleted user) until retention."""
+    async with _changes:
+        async with registry.store() as db:
+            user_id = (await find_user(db, name)).id
+        async with owner_lock(user_id), registry.store() as db:
+            user = await find_user(db, name)
+            active = await db.execute(
+                select(Session.name)
+                .where(Session.owner_id == user.id, Session.status.in_(SESSION_ACTIVE))
+                .order_by(Session.created_at)
+            )
+            names = list(active.scalars())
+            if names:
+                raise Conflict(
+                    f"user {name!r} has active session(s) {', '.join(names)}; destroy them first"
+                )
+            await check_not_last_admin(db, user)
+            folder_ids = await delete_owned(db, user.id)
+            revoke_key(user)
+            user.deleted_at = utcnow()
+            user.name = f"{name[:47]}~deleted~{secrets.token_hex(4)}"  # fits String(64)
+            await db.commit()
+    for folder_id in folder_ids:
+        await registry.delete_folder_data(folder_id)

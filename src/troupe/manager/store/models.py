@@ -96,6 +96,11 @@ class User(Base):
     admin: Mapped[bool] = mapped_column(Boolean, default=False)
     key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: per-user limits set by an admin, overriding the server's defaults (see quotas.py):
+    #: sessions, kernels, cpu, mem, gpu, streams, max_priority, groups
+    limits: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: set when an admin deleted the user (kept for the sessions and folders it owned)
+    deleted_at: Mapped[datetime | None] = mapped_column()
 
 
 class Agent(Base):
@@ -112,6 +117,8 @@ class Agent(Base):
     data_marker: Mapped[str] = mapped_column(String(64), default="")
     underlay_mtu: Mapped[int] = mapped_column(Integer, default=0)
     last_heartbeat: Mapped[datetime | None] = mapped_column()
+    #: SHA-256 of the agent's own credential, issued at its first registration
+    credential_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
     version: Mapped[int] = mapped_column(Integer, server_default="0")
     __mapper_args__ = {"version_id_col": version}  # noqa: RUF012
 

@@ -1,0 +1,178 @@
+"""Per-user limits: the server's defaults (``ServerConfig.quota_*``), overridden per user by an
+admin (``users.limits``); admins have none. Pure arithmetic, no I/O: admission feeds it the
+user's active sessions and the request, the users routes show what it computes.
+
+Keys: ``sessions`` (active sessions), ``kernels`` (their kernels), ``cpu``, ``mem``, ``gpu``
+(sums over active sessions of kernels x per-kernel size), ``streams`` (concurrent long
+requests), ``max_priority`` (a higher priority is refused) and ``groups`` (the resource groups
+the user may use). A limit of ``None`` is no limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from troupe.api import defaults
+from troupe.api.models import format_size
+from troupe.manager.config import ServerConfig
+from troupe.manager.store.models import User
+
+KEYS = ("sessions", "kernels", "cpu", "mem", "gpu", "streams", "max_priority", "groups")
+#: Sums of fractional cores are compared with this slack (0.1 + 0.2 fits a limit of 0.3).
+EPSILON = 1e-9
+
+
+@dataclass(frozen=True)
+class Limits:
+    sessions: int | None = None
+    kernels: int | None = None
+    cpu: float | None = None
+    mem: int | None = None
+    gpu: int | None = None
+    streams: int | None = None
+    max_priority: int | None = None
+    groups: tuple[str, ...] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["groups"] = None if self.groups is None else list(self.groups)
+        return d
+
+
+#: No limits at all.
+UNLIMITED = Limits()
+
+
+def server_defaults(config: ServerConfig) -> Limits:
+    """What a user gets when an admin set nothing for them."""
+    return Limits(
+        sessions=config.quota_sessions,
+        kernels=config.quota_kernels,
+        cpu=config.quota_cpu,
+        mem=config.quota_mem,
+        gpu=config.quota_gpu,
+        streams=config.quota_streams,
+        max_priority=0,
+        groups=(defaults.GROUP,),
+    )
+
+
+def effective(base: Limits, overrides: Mapping[str, Any] | None, admin: bool) -> Limits:
+    """``base`` with the user's own values (keys absent or null keep the default). Admins
+    have no limits but ``streams`` (troupe.manager.streams counts theirs too)."""
+    given = {k: v for k, v in (overrides or {}).items() if k in KEYS and v is not None}
+    if "groups" in given:
+        given["groups"] = tuple(given["groups"])
+    mine = replace(base, **given)
+    return replace(UNLIMITED, streams=mine.streams) if admin else mine
+
+
+def limits_of(config: ServerConfig, user: User) -> Limits:
+    """The user's effective limits (what admission and the stream limit apply)."""
+    return effective(server_defaults(config), user.limits, user.admin)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a user's active sessions hold."""
+
+    sessions: int = 0
+    kernels: int = 0
+    cpu: float = 0.0
+    mem: int = 0
+    gpu: int = 0
+
+    def plus(self, size: int, cpu: float, mem: int, gpu: int) -> Usage:
+        """With one more session of ``size`` kernels of this size each."""
+        return Usage(
+            sessions=self.sessions + 1,
+            kernels=self.kernels + size,
+            cpu=self.cpu + size * cpu,
+            mem=self.mem + size * mem,
+            gpu=self.gpu + size * gpu,
+        )
+
+    @classmethod
+    def of(cls, sessions: Iterable[tuple[int, float, int, int]]) -> Usage:
+        """From (cluster_size, cpu, mem, gpu) of each active session."""
+        used = cls()
+        for size, cpu, mem, gpu in sessions:
+            used = used.plus(size, cpu, mem, gpu)
+        return used
+
+
+@dataclass(frozen=True)
+class Ask:
+    """The part of a create request that limits concern."""
+
+    group: str
+    priority: int
+    size: int
+    cpu: float
+    mem: int
+    gpu: int
+
+
+@dataclass(frozen=True)
+class Refusal:
+    #: the request field at fault (None: none is, e.g. too many sessions)
+    field: str | None
+    message: str
+
+
+def check_static(limits: Limits, ask: Ask) -> Refusal | None:
+    """What does not depend on the user's other sessions: priority and group."""
+    if limits.max_priority is not None and ask.priority > limits.max_priority:
+        return Refusal(
+            "priority",
+            f"priority: {ask.priority} is above your limit of {limits.max_priority} (max_priority)",
+        )
+    if limits.groups is not None and ask.group not in limits.groups:
+        yours = ", ".join(limits.groups) or "none"
+        return Refusal(
+            "group",
+            f"group: you may not use resource group {ask.group!r} (groups: {yours})",
+        )
+    return None
+
+
+def check(limits: Limits, used: Usage, ask: Ask) -> Refusal | None:
+    """None if ``ask`` fits the user's limits next to what ``used`` holds; else why not."""
+    refusal = check_static(limits, ask)
+    if refusal is not None:
+        return refusal
+    after = used.plus(ask.size, ask.cpu, ask.mem, ask.gpu)
+    if limits.sessions is not None and after.sessions > limits.sessions:
+        return Refusal(
+            None,
+            f"sessions: you have {used.sessions} active session(s); your limit is"
+            f" {limits.sessions} (sessions)",
+        )
+    if limits.kernels is not None and after.kernels > limits.kernels:
+        return Refusal(
+            "cluster_size",
+            f"cluster_size: {ask.size} more kernel(s) would make {after.kernels} in active"
+            f" sessions, over your limit of {limits.kernels} (kernels)",
+        )
+    if limits.cpu is not None and after.cpu > limits.cpu + EPSILON:
+        return Refusal(
+            "resources",
+            f"resources: {ask.size} x {ask.cpu:g} cores would make {after.cpu:g} in use,"
+            f" over your limit of {limits.cpu:g} (cpu)",
+        )
+    if limits.mem is not None and after.mem > limits.mem:
+        return Refusal(
+            "resources",
+            f"resources: {ask.size} x {format_size(ask.mem)} memory would make"
+            f" {format_size(after.mem)} in use, over your limit of {format_size(limits.mem)}"
+            " (mem)",
+        )
+    if limits.gpu is not None and after.gpu > limits.gpu:
+        return Refusal(
+            "resources",
+            f"resources: {ask.size} x {ask.gpu} GPUs would make {after.gpu} in use, over your"
+            f" limit of {limits.gpu} (gpu)",
+        )
+    return None
