@@ -78,6 +78,14 @@ class Harness:
             await self._life.__aexit__(None, None, None)
             self._life = None
 
+    async def settle(self, timeout: float = 2) -> None:
+        """Waits until the scheduler took its last wake-up (e.g. of a registration). Stopping
+        the manager at that very moment can hang: Python 3.11's ``asyncio.wait_for`` in the
+        scheduler loop swallows a cancellation that meets a wake-up."""
+        assert self.app is not None
+        wake: asyncio.Event = self.app.state.registry._wake
+        await eventually(lambda: not wake.is_set(), timeout)
+
     async def restart(self) -> None:
         """A manager restart: the same database and agents, a new app and registry."""
         await self.stop()

@@ -392,6 +392,7 @@ async def test_registration_gives_a_credential_that_heartbeats_and_events_need(
     async with anon_client(manager) as anon:
         assert (await anon.post("/agents/h2/heartbeat")).status_code == 401
     assert (await c2.post("/agents/h2/events", json=ev)).status_code == 204
+    await manager.settle()
 
 
 async def test_a_live_agents_name_cannot_be_taken(make_manager: MakeManager) -> None:
@@ -413,6 +414,7 @@ async def test_a_live_agents_name_cannot_be_taken(make_manager: MakeManager) -> 
     assert (await c2.post("/agents/h2/heartbeat")).status_code == 204
     stale = manager.user_client(old)
     assert (await stale.post("/agents/h2/heartbeat")).status_code == 401
+    await manager.settle()
 
 
 async def test_a_lost_agents_name_or_one_without_credential_is_free(manager: Harness) -> None:
@@ -435,6 +437,7 @@ async def test_a_lost_agents_name_or_one_without_credential_is_free(manager: Har
             await db.commit()
         r = await shared.post("/agents/register", json=body)
         assert r.status_code == 200, r.text
+    await manager.settle()
 
 
 async def test_what_an_agent_reports_is_validated(manager: Harness) -> None:
@@ -486,6 +489,7 @@ async def test_remove_agent_only_when_lost(manager: Harness) -> None:
     del manager.credentials["h2"]
     c = await manager.register("h2")
     assert (await c.post("/agents/h2/heartbeat")).status_code == 204
+    await manager.settle()
 
 
 async def test_sdk_and_cli_remove_agent(manager: Harness, monkeypatch: pytest.MonkeyPatch) -> None:

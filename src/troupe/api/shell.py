@@ -40,15 +40,20 @@ async def serve_shell(ws: WebSocket, sh: Shell) -> None:
                     rows, cols = json.loads(msg["text"])["resize"]
                     await sh.resize(int(rows), int(cols))
 
-    reader = asyncio.create_task(pump_in())
-    try:
+    async def pump_out() -> None:
         while (data := await sh.read()) is not None:
             await ws.send_bytes(data)
         await ws.send_text(json.dumps({"exit_code": await sh.exit_code()}))
         await ws.close()
-    except (WebSocketDisconnect, RuntimeError):
-        pass
+
+    # Whichever ends first ends both: the shell's exit, or the client leaving (a quiet
+    # abandoned shell must not live on until its next output).
+    tasks = [asyncio.create_task(pump_in()), asyncio.create_task(pump_out())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await reader
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, Exception):
+                await t

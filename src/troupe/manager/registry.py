@@ -101,7 +101,8 @@ class Registry:
             if until(s) or remaining <= 0:
                 return s
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), remaining)
+                async with asyncio.timeout(remaining):  # not wait_for: it can swallow a cancel
+                    await changed.wait()
 
     # -- the steps ---------------------------------------------------------------
     async def create(self, owner: User, req: SessionCreate) -> Session:
@@ -160,7 +161,8 @@ class Registry:
         next_pass = 5.0
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), next_pass)
+                async with asyncio.timeout(next_pass):  # not wait_for: it can swallow a cancel
+                    await self._wake.wait()
             self._wake.clear()
             next_pass = min(5.0, self.config.agent_timeout / 3)
             try:

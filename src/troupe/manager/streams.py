@@ -137,8 +137,15 @@ async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T | None:
             return task.result()
         return None
     finally:
+        # Not awaited: on Python 3.11 asyncio.wait_for (inside ``work``) can swallow a
+        # cancellation that meets its own wake-up, and the caller must not wait for that.
         for t in (task, gone):
             if not t.done():
                 t.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
+                t.add_done_callback(_retrieve)
+
+
+def _retrieve(t: asyncio.Future[Any]) -> None:
+    """Marks a task's outcome as seen (no "exception was never retrieved" at exit)."""
+    if not t.cancelled():
+        t.exception()
