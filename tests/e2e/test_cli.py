@@ -193,6 +193,8 @@ def test_batch_session_exit_code_and_logs(server: Server) -> None:
         assert info["status"] == "TERMINATED" and info["exit_code"] == 5
         assert "TERMINATED" in r.stderr  # progress lines go to stderr
         assert "[main1] hi" in ok(troupe(server, "session", "logs", name))
+        # a follow (server-sent events) of a finished session prints the same and ends
+        assert "[main1] hi" in ok(troupe(server, "session", "logs", name, "--follow"))
         text = ok(troupe(server, "session", "info", name))
         assert "batch command finished" in text
     finally:

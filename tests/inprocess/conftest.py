@@ -149,6 +149,10 @@ async def eventually(check: Callable[[], bool], timeout: float = 5) -> None:
         await asyncio.sleep(0.02)
 
 
+#: The ``make_manager`` fixture's type.
+MakeManager = Callable[..., Awaitable[Harness]]
+
+
 @pytest.fixture
 async def make_manager(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -23,7 +23,7 @@ def test_split_timestamp() -> None:
 
 async def test_merged_orders_by_time_and_prefixes() -> None:
     out = [
-        x
+        x.prefixed()
         async for x in merged(
             {
                 "main1": lines("2026-01-01T00:00:02Z b\n", "2026-01-01T00:00:04Z d\n"),
@@ -36,5 +36,6 @@ async def test_merged_orders_by_time_and_prefixes() -> None:
 
 
 async def test_merged_follow_ends_when_all_streams_end() -> None:
-    out = [x async for x in merged({"main1": lines("x\n"), "sub1": lines("y\n")}, follow=True)]
+    streams = {"main1": lines("x\n"), "sub1": lines("y\n")}
+    out = [x.prefixed() async for x in merged(streams, follow=True)]
     assert sorted(out) == ["[main1] x\n", "[sub1] y\n"]

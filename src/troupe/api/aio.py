@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -20,3 +21,29 @@ async def gather_all(aws: Iterable[Awaitable[T]]) -> list[T]:
         if isinstance(r, BaseException):
             raise r
     return [r for r in results if not isinstance(r, BaseException)]
+
+
+async def heartbeat(items: AsyncIterator[T], interval: float) -> AsyncIterator[T | None]:
+    """``items``, with a None after every ``interval`` seconds without one: a stream that is
+    quiet for long still sends something (proxies and clients drop silent connections)."""
+    pending: asyncio.Task[T] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(items))
+            done, _ = await asyncio.wait({pending}, timeout=interval)
+            if not done:
+                yield None
+                continue
+            try:
+                item = pending.result()
+            except StopAsyncIteration:
+                return
+            finally:
+                pending = None
+            yield item
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pending

@@ -73,3 +73,7 @@ def credentials_file() -> Path:
 
 def agent_token_file() -> Path:
     return config_dir() / "agent-token"
+
+
+#: Seconds of quiet after which a followed log stream (server-sent events) sends a comment.
+KEEPALIVE_SECONDS = 15.0

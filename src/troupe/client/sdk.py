@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from typing import Any, NoReturn
 from urllib.parse import quote
@@ -125,17 +126,52 @@ class Client:
         return SessionInfo.model_validate(self._req("DELETE", f"/sessions/{ref}"))
 
     def logs(self, ref: str, container: str | None = None, follow: bool = False) -> Iterator[str]:
+        """The lines (without newline), ``[host]``-prefixed unless ``container`` is given.
+
+        A follow reads server-sent events: the server keeps a quiet stream alive, and a
+        dropped connection is resumed where it stopped (a few tries), without repeats.
+        """
         params: dict[str, Any] = {"follow": follow}
         if container:
             params["container"] = container
-        try:
-            with self._http.stream(
-                "GET", f"/sessions/{ref}/logs", params=params, timeout=None if follow else 60
-            ) as resp:
-                _raise_for(resp)
-                yield from resp.iter_lines()
-        except httpx.TransportError as e:
-            self._unreachable(e)
+        if not follow:
+            try:
+                with self._http.stream(
+                    "GET", f"/sessions/{ref}/logs", params=params, timeout=60
+                ) as resp:
+                    _raise_for(resp)
+                    yield from resp.iter_lines()
+            except httpx.TransportError as e:
+                self._unreachable(e)
+            return
+        since, tries = "", 0
+        while True:
+            try:
+                with self._http.stream(
+                    "GET",
+                    f"/sessions/{ref}/logs",
+                    params={**params, "since": since},
+                    headers={"Accept": "text/event-stream"},
+                    timeout=httpx.Timeout(10, read=None),
+                ) as resp:
+                    _raise_for(resp)
+                    for event, data in _sse(resp.iter_lines()):
+                        tries = 0
+                        if event == "end":
+                            if data.get("error"):
+                                yield f"troupe: logs ended: {data['error']}"
+                            return
+                        since = data.get("ts") or since
+                        text = data.get("text", "")
+                        yield text if container else f"[{data.get('kernel')}] {text}"
+                return  # ended without an end event: the server went away cleanly
+            except (httpx.ReadError, httpx.RemoteProtocolError) as e:
+                tries += 1
+                if tries > 3:
+                    self._unreachable(e)
+                time.sleep(0.5 * tries)
+            except httpx.TransportError as e:
+                self._unreachable(e)
 
     def exec_stream(
         self, ref: str, command: list[str], kernel: str = "main1", user: str = "work"
@@ -229,3 +265,17 @@ class Client:
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._req("GET", "/health")
         return result
+
+
+def _sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(event name, JSON data) of each server-sent event; comments are skipped."""
+    event, data = "message", ""
+    for line in lines:
+        if not line:
+            if data:
+                yield event, json.loads(data)
+            event, data = "message", ""
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data += line[5:].strip()

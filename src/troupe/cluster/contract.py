@@ -37,7 +37,6 @@ RESERVED_ENV_PREFIX = "BACKENDAI_"
 USER_SETTABLE_RESERVED = frozenset({"BACKENDAI_DIST_MASTER_PORT"})
 
 
-
 def reserved_names(environ: Mapping[str, str]) -> list[str]:
     """The names in ``environ`` a user may not set (``BACKENDAI_*`` but the settable one)."""
     return sorted(

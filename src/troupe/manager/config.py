@@ -52,6 +52,8 @@ class ServerConfig:
     agent_ca_file: Path | None = None
     #: Concurrent long requests (wait, logs --follow, exec, terminals) of one user.
     quota_streams: int = defaults.QUOTA_STREAMS
+    #: A followed log stream (as events) that is quiet this long sends a keep-alive comment.
+    keepalive_seconds: float = defaults.KEEPALIVE_SECONDS
 
     def __post_init__(self) -> None:
         ipaddress.ip_network(self.subnet_pool)

@@ -16,7 +16,7 @@ from troupe.api.exec import ExecItem
 from troupe.api.lifecycle import SessionStatus
 from troupe.api.models import ExecRequest
 from troupe.manager.fleet import Fleet
-from troupe.manager.logs import LogStore, merged, strip
+from troupe.manager.logs import LogLine, LogStore, merged
 from troupe.manager.store.models import Kernel, Session
 
 
@@ -42,8 +42,8 @@ def agent_of(fleet: Fleet, k: Kernel, hint: str = "") -> AgentBackend:
 
 def logs(
     fleet: Fleet, store: LogStore, s: Session, container: str | None, follow: bool
-) -> AsyncIterator[str]:
-    """The lines of one kernel (``container``) or of all, merged with ``[host]`` prefixes.
+) -> AsyncIterator[LogLine]:
+    """The lines of one kernel (``container``) or of all, merged.
 
     Checks first, raising before any line is read: no such kernel, or a kernel whose logs
     would have to come from a LOST or gone agent (and have no saved copy).
@@ -57,8 +57,6 @@ def logs(
             sources[k.hostname] = agent.logs(k.container_id, follow=follow)
         else:
             sources[k.hostname] = _aiter(store.lines(s.id, k.hostname))
-    if container is not None:
-        return _stripped(sources[kernels[0].hostname])
     return merged(sources, follow=follow)
 
 
@@ -75,11 +73,6 @@ def kernel_target(fleet: Fleet, s: Session, hostname: str) -> tuple[AgentBackend
 def exec_stream(fleet: Fleet, s: Session, req: ExecRequest) -> AsyncIterator[ExecItem]:
     agent, container_id = kernel_target(fleet, s, req.kernel)
     return agent.exec_stream(container_id, req.command, user=req.user)
-
-
-async def _stripped(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    async for line in lines:
-        yield strip(line)
 
 
 async def _aiter(lines: list[str]) -> AsyncIterator[str]:

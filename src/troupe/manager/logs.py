@@ -9,6 +9,7 @@ import re
 import shutil
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from troupe.api import defaults
 
@@ -24,6 +25,36 @@ def split_timestamp(line: str) -> tuple[str, str]:
 def strip(line: str) -> str:
     text = split_timestamp(line)[1]
     return text if text.endswith("\n") else text + "\n"
+
+
+class LogLine(NamedTuple):
+    """One line of one kernel: its hostname, the engine's timestamp (``""`` if none) and the
+    text, ending in a newline."""
+
+    host: str
+    ts: str
+    text: str
+
+    @classmethod
+    def of(cls, host: str, raw: str) -> LogLine:
+        ts, text = split_timestamp(raw)
+        return cls(host, ts, text if text.endswith("\n") else text + "\n")
+
+    def prefixed(self) -> str:
+        return f"[{self.host}] {self.text}"
+
+
+def after(lines: AsyncIterator[LogLine], since: str) -> AsyncIterator[LogLine]:
+    """The lines later than ``since`` (a timestamp a client saw last): a follow that resumes
+    after a reconnect repeats nothing. Timestamps are RFC 3339 in UTC with nanoseconds, so
+    they compare as strings; lines without one are dropped when resuming."""
+
+    async def gen() -> AsyncIterator[LogLine]:
+        async for line in lines:
+            if line.ts > since:
+                yield line
+
+    return gen() if since else lines
 
 
 #: What a saved log's hostname may look like (agents report them; never a path).
@@ -91,29 +122,35 @@ class LogStore:
         return p.read_text().splitlines(keepends=True) if p.exists() else []
 
 
-async def merged(streams: Mapping[str, AsyncIterator[str]], follow: bool) -> AsyncIterator[str]:
-    """Lines of all kernels prefixed ``[host] ``; by timestamp, or as they come when following."""
+async def merged(streams: Mapping[str, AsyncIterator[str]], follow: bool) -> AsyncIterator[LogLine]:
+    """Lines of all kernels; by timestamp, or as they come when following. One kernel's
+    lines stream through as they are read (constant memory)."""
+    if len(streams) == 1:
+        [(host, stream)] = streams.items()
+        async for raw in stream:
+            yield LogLine.of(host, raw)
+        return
     if not follow:
-        rows: list[tuple[str, int, str]] = []
+        rows: list[tuple[str, int, LogLine]] = []
         failure: Exception | None = None
         for order, (host, stream) in enumerate(streams.items()):
             try:
-                async for line in stream:
-                    ts, _ = split_timestamp(line)
-                    rows.append((ts, order, f"[{host}] {strip(line)}"))
+                async for raw in stream:
+                    line = LogLine.of(host, raw)
+                    rows.append((line.ts, order, line))
             except Exception as e:  # keep the kernels that answer; say it at the end
                 failure = failure or e
-        for _, _, text in sorted(rows, key=lambda r: (r[0], r[1])):
-            yield text
+        for _, _, line in sorted(rows, key=lambda r: (r[0], r[1])):
+            yield line
         if failure is not None:
             raise failure
         return
-    queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=1000)
+    queue: asyncio.Queue[LogLine | None] = asyncio.Queue(maxsize=1000)
 
     async def pump(host: str, stream: AsyncIterator[str]) -> None:
         try:
-            async for line in stream:
-                await queue.put(f"[{host}] {strip(line)}")
+            async for raw in stream:
+                await queue.put(LogLine.of(host, raw))
         finally:
             await queue.put(None)
 

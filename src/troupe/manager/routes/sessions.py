@@ -23,8 +23,9 @@ from troupe.api.errors import NotFound, TroupeError
 from troupe.api.lifecycle import SESSION_ACTIVE, SessionStatus
 from troupe.api.models import ExecRequest, SessionCreate, SessionInfo
 from troupe.api.shell import serve_shell
-from troupe.manager import kernel_io
+from troupe.manager import kernel_io, log_events
 from troupe.manager.deps import DB, CurrentUser, RegistryDep, StreamsDep, authenticate
+from troupe.manager.logs import after
 from troupe.manager.routes.views import session_info
 from troupe.manager.store.models import Session, User
 from troupe.manager.streams import SlotResponse, streams_of, unless_disconnected
@@ -118,7 +119,11 @@ async def destroy_session(
     return session_info(await registry.destroy(s.id))
 
 
-@router.get("/sessions/{ref}/logs", response_class=StreamingResponse)
+@router.get(
+    "/sessions/{ref}/logs",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/plain": {}, "text/event-stream": {}}}},
+)
 async def session_logs(
     ref: str,
     request: Request,
@@ -127,24 +132,34 @@ async def session_logs(
     streams: StreamsDep,
     container: Annotated[str | None, Query(description="hostname, e.g. sub1")] = None,
     follow: bool = False,
+    since: Annotated[
+        str, Query(max_length=40, description="only lines after this timestamp (an event id)")
+    ] = "",
 ) -> StreamingResponse:
     """Logs of every kernel (``[host]`` prefixes) or of one; ``follow`` streams new lines
-    until the kernels end or the client leaves (headers are sent at once)."""
+    until the kernels end or the client leaves (headers are sent at once).
+
+    With ``Accept: text/event-stream`` the lines come as server-sent events (see
+    :mod:`troupe.manager.log_events`): each with its timestamp as id, so a client that
+    reconnects (``Last-Event-ID``) resumes without repeats, and a comment while quiet.
+    """
     s = await lookup(request, user, ref)
     # a bad name (422) or an unreachable agent (502) is refused before the response starts
     lines = kernel_io.logs(registry.fleet, registry.life.logs, s, container, follow)
-
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            async for line in lines:
-                yield line.encode()
-        except TroupeError as e:  # the status is sent already: the last line says it
-            yield f"troupe: logs ended: {e.message}\n".encode()
-
-    media_type = "text/plain; charset=utf-8"
+    lines = after(lines, request.headers.get("last-event-id", "")[:40] or since)
+    if "text/event-stream" in request.headers.get("accept", ""):
+        body, media_type = (
+            log_events.events(lines, registry.config.keepalive_seconds),
+            log_events.MEDIA_TYPE,
+        )
+    else:
+        body, media_type = (
+            log_events.plain(lines, prefixed=container is None),
+            "text/plain; charset=utf-8",
+        )
     if not follow:
-        return StreamingResponse(body(), media_type=media_type)
-    return SlotResponse(streams.open(user), body(), media_type=media_type)
+        return StreamingResponse(body, media_type=media_type)
+    return SlotResponse(streams.open(user), body, media_type=media_type)
 
 
 @router.post("/sessions/{ref}/exec", response_class=StreamingResponse)

@@ -142,9 +142,7 @@ class Session(Base):
     #: status (or phase) -> ISO time it was reached; written by troupe.api.lifecycle
     timeline: Mapped[dict[str, Any]] = mapped_column(default=dict)
     #: the final status a TERMINATING session will reach (survives a manager restart)
-    ending: Mapped[SessionStatus | None] = mapped_column(
-        enum_column(SessionStatus), nullable=True
-    )
+    ending: Mapped[SessionStatus | None] = mapped_column(enum_column(SessionStatus), nullable=True)
     type: Mapped[SessionType] = mapped_column(enum_column(SessionType))
     image: Mapped[str] = mapped_column(String(255))
     cluster_size: Mapped[int] = mapped_column(Integer)
