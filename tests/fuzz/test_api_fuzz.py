@@ -385,7 +385,7 @@ def register(api: Api, raw: str) -> Any:
 # -- regressions: what the fuzzing found ------------------------------------------------------
 # Registration once stored what it could not (a lone surrogate, an integer beyond 64 bits: an
 # unhandled error, 500) and took a NaN cpu for a concurrent registration (409).
-@pytest.mark.parametrize("field", ["name", "address", "group", "data_marker"])
+@pytest.mark.parametrize("field", ["name", "address", "group", "data_marker", "gpu_reason"])
 def test_register_with_a_lone_surrogate_is_refused(api: Api, field: str) -> None:
     body = {"name": "sur", "cpu": 1, "mem": 1024**3, "address": "http://sur.test:6011"}
     raw = json.dumps({**body, field: "@"}).replace('"@"', '"\\ud800"')

@@ -8,6 +8,7 @@ import contextlib
 import itertools
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from troupe.api.agent import (
     AgentCapacity,
@@ -17,10 +18,11 @@ from troupe.api.agent import (
     KernelStarted,
     KernelState,
     NetworkSpec,
+    ReadyTimes,
 )
 from troupe.api.errors import AgentFailed, NotFound, TroupeError
 from troupe.api.exec import ExecExit, ExecItem, ExecOutput
-from troupe.api.models import ImageInfo
+from troupe.api.models import GpuInfo, ImageInfo
 
 _ids = itertools.count(1)
 
@@ -65,6 +67,7 @@ class FakeAgent:
         images: Sequence[str] = ("troupe/base:0.1.0",),
         swarm_manager: bool = False,
         address: str = "",
+        gpus: int = 0,
     ) -> None:
         self.name = name
         self.address = address
@@ -76,6 +79,12 @@ class FakeAgent:
             swarm_manager=swarm_manager,
             data_marker="shared",
             underlay_mtu=1500,
+            gpu=gpus,
+            gpus=[
+                GpuInfo(index=i, uuid=f"GPU-{name}-{i}", model="Fake GPU", memory=16 * 1024**3)
+                for i in range(gpus)
+            ],
+            gpu_reason="" if gpus else "nvidia-smi not found on PATH",
         )
         self.image_names = set(images)
         self.networks: dict[str, NetworkSpec] = {}
@@ -152,7 +161,14 @@ class FakeAgent:
             c = FakeContainer(spec, f"c{n:06d}", f"10.0.{n // 250}.{n % 250 + 2}")
             c.logs.append(f"2026-11-26T00:00:{n % 60:02d}.000Z {spec.hostname} started\n")
             self.containers[c.id] = c
-            return KernelStarted(kernel_id=spec.kernel_id, container_id=c.id, ip=c.ip)
+            now = datetime.now(UTC).isoformat()
+            return KernelStarted(
+                kernel_id=spec.kernel_id,
+                container_id=c.id,
+                ip=c.ip,
+                created_at=now,
+                started_at=now,
+            )
 
         results = await asyncio.gather(*(one(s) for s in specs), return_exceptions=True)
         for r in results:
@@ -162,13 +178,15 @@ class FakeAgent:
 
     async def wait_ready(
         self, containers: dict[str, str], hosts: list[str], timeout: float
-    ) -> None:
+    ) -> dict[str, ReadyTimes]:
         await self._step("wait_ready")
         try:
             async with asyncio.timeout(timeout):
                 await self.ready_gate.wait()
         except TimeoutError:
             raise AgentFailed("kernels did not become ready", kernel=hosts[0]) from None
+        now = datetime.now(UTC).isoformat()
+        return {h: {"entrypoint": now, "ready": now} for h in containers}
 
     async def signal_go(self, container_id: str) -> None:
         await self._step("signal_go")
@@ -190,6 +208,7 @@ class FakeAgent:
                 hostname=c.spec.hostname,
                 container_id=c.id,
                 state=c.state,
+                gpus=c.spec.gpus,
             )
             for c in self.containers.values()
         ]

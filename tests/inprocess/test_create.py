@@ -20,15 +20,21 @@ async def test_create_reaches_running_with_everything_recorded(manager: Harness)
     assert s["status"] == "RUNNING", s
     # the session went through every step, in order, and says when
     stamps = s["timeline"]
-    assert list(stamps) == ["PENDING", "SCHEDULED", "PREPARING", "RUNNING"]
+    assert list(stamps) == ["PENDING", "SCHEDULED", "PREPARING", "network", "RUNNING"]
     assert sorted(stamps.values()) == list(stamps.values())
+    # and its start-up phases, in seconds after it was created (the slowest kernel's)
+    phases = s["phases"]
+    assert list(phases) == ["scheduled", "network", "created", "started", "entrypoint", "ready"]
+    assert sorted(phases.values()) == list(phases.values()) and phases["scheduled"] >= 0
     assert s["started_at"] is not None and s["terminated_at"] is None
     assert s["status_info"] == {}
     # its kernels: placed, created, addressed
     assert [k["hostname"] for k in s["kernels"]] == ["main1", "sub1", "sub2"]
     for k in s["kernels"]:
         assert k["status"] == "RUNNING"
-        assert list(k["timeline"]) == ["PENDING", "RUNNING"]
+        stamped = ["PENDING", "created", "started", "RUNNING", "entrypoint", "ready"]
+        assert list(k["timeline"]) == stamped
+        assert list(k["phases"]) == ["created", "started", "entrypoint", "ready"]
         assert k["agent"] == "local"
         assert k["container_id"] in manager.local.containers
         assert k["ip"] == manager.local.containers[k["container_id"]].ip

@@ -47,8 +47,8 @@ SMALL = Resources(cpu=0.25, mem=64 * 1024**2)
 TOKEN = "test-agent-token"
 ENGINE_SOCKET = "/var/run/docker.sock"
 NOSSHD_IMAGE = "troupe-test/nosshd:1"
-#: /run is a file: the entrypoint cannot write /run/troupe/started and its shell exits (2).
-NORUN_IMAGE = "troupe-test/norun:1"
+#: /bin/sh says why and exits (2) at once: the entrypoint never runs.
+NORUN_IMAGE = "troupe-test/norun:2"
 
 
 def unique(prefix: str) -> str:
@@ -393,7 +393,9 @@ def cleaned(*servers: Callable[[], Server | None]) -> Iterator[None]:
 def test_images(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     recipes = {
         NOSSHD_IMAGE: f"FROM {BASE_IMAGE}\nRUN rm -f /usr/sbin/sshd\n",
-        NORUN_IMAGE: f"FROM {BASE_IMAGE}\nRUN rm -rf /run && touch /run\n",
+        NORUN_IMAGE: f"FROM {BASE_IMAGE}\n"
+        "RUN printf '#!/bin/dash\\necho troupe-test: this shell refuses to run >&2\\nexit 2\\n'"
+        " > /bin/sh.new && chmod 755 /bin/sh.new && mv /bin/sh.new /bin/sh\n",
     }
     built = []
     try:
@@ -518,13 +520,12 @@ def test_batch_startup_command_exit_code_ends_the_session(server: Server) -> Non
 
 
 def test_kernel_that_dies_at_start_fails_the_session(server: Server, test_images: None) -> None:
-    """/bin/sh works, but the entrypoint's shell exits (2) before the kernel is started.
+    """The image's /bin/sh exits (2) at once, so the entrypoint never runs.
 
-    The kernels die during the readiness wait. Two causes are reported, depending on which
-    comes first (both as docs/lifecycle.md allows): the kernel's exit ("kernel exited while the
-    session was being prepared", exit code 2, its last logs), or the readiness check that was
-    running in it failing with 137 when its container went ("failed while waiting until every
-    kernel reaches every other")."""
+    Three causes may be reported, depending on which is seen first (all as docs/lifecycle.md
+    allows): the kernel had already exited when its start was checked ("failed while creating
+    kernels"); its exit event ("kernel exited while the session was being prepared", exit
+    code 2, its last logs); or its log ending before it said it was ready."""
     c = server.client()
     name = unique("dies")
     c.create_session(request(name, image=NORUN_IMAGE))
@@ -532,12 +533,15 @@ def test_kernel_that_dies_at_start_fails_the_session(server: Server, test_images
     assert info.status == "ERROR"
     si = info.status_info
     assert si["kernel"] in ("main1", "sub1"), si
+    said = "troupe-test: this shell refuses to run"
     if si["reason"] == "kernel exited while the session was being prepared":
         assert si["exit_code"] == 2 and not si["oom_killed"], si
-        assert any("/run/troupe/started" in line for line in si["last_logs"]), si
+        assert any(said in line for line in si["last_logs"]), si
+    elif si["reason"] == "failed while creating kernels":
+        assert "exited at once with code 2" in si["message"] and said in si["message"], si
     else:
         assert si["reason"] == "failed while waiting until every kernel reaches every other", si
-        assert si["message"] == "readiness check exited with 137", si
+        assert si["message"] == "stopped before it was ready", si
     assert "RUNNING" not in info.timeline
     assert_nothing_left(info.id)
 

@@ -88,3 +88,28 @@ def test_entrypoint_without_setup_script_warns_once(docker_engine: None, tmp_pat
 def test_entrypoint_runs_command_as_work_with_exit_code(docker_engine: None) -> None:
     code, out, _ = _entrypoint(Path(runner_dir()), cmd=("sh", "-c", "id -un; exit 4"))
     assert (code, out) == (4, "work\n")
+
+
+def _ready(*args: str, sshd: bool = True) -> tuple[int, str]:
+    """Runs ready.sh (under bash, as the entrypoint does) in a container of its own."""
+    mark = "mkdir -p /run/troupe && : > /run/troupe/sshd; " if sshd else ""
+    r = docker(
+        *("run", "--rm", "--network", "none", "-v", f"{runner_dir()}:/opt/troupe:ro"),
+        *("--entrypoint", "/bin/bash", BASE_IMAGE, "-c"),
+        f'{mark}exec bash /opt/troupe/ready.sh "$@"',
+        "ready",
+        *args,
+        check=False,
+    )
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_ready_reports_at_once_without_peers_and_names_what_is_missing(docker_engine: None) -> None:
+    """The readiness report the agent reads from a kernel's log: at once with no peer; on
+    time-out, which peer's name or sshd was missing."""
+    assert _ready("5") == (0, "troupe: ready\n")
+    code, out = _ready("1", "nosuchpeer")
+    assert code == 1 and out == "troupe: not ready after 1s: waiting for name:nosuchpeer\n"
+    code, out = _ready("1", "localhost")  # resolves, but nothing listens on 2200
+    assert code == 1 and out.endswith("waiting for ssh:localhost:2200\n"), out
+    assert _ready("1", "localhost", sshd=False) == (0, "troupe: ready\n")  # names only

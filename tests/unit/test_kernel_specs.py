@@ -87,3 +87,24 @@ def test_files_archive_modes_and_parents() -> None:
         names.index("home") < names.index("home/config") < names.index("home/config/ssh/id_cluster")
     )
     assert mode == 0o600
+
+
+def test_work_home_comes_owned_with_final_modes() -> None:
+    """~work and its SSH files arrive owned by the session's uid/gid, so the entrypoint copies
+    and chowns nothing; listed directories keep their owner even when a file lies below."""
+    s = specs()[0]
+    with tarfile.open(fileobj=io.BytesIO(files_archive(s.files))) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        names = tar.getnames()
+    home, ssh = members["home/work"], members["home/work/.ssh"]
+    assert home.isdir() and (home.uid, home.gid, home.mode) == (1234, 1234, 0o755)
+    assert ssh.isdir() and (ssh.uid, ssh.gid, ssh.mode) == (1234, 1234, 0o700)
+    assert names.count("home/work") == 1 and names.index("home/work") < names.index(
+        "home/work/.ssh/id_cluster"
+    )
+    for f in ("id_cluster", "id_cluster.pub", "authorized_keys", "config", "known_hosts"):
+        m = members[f"home/work/.ssh/{f}"]
+        assert (m.uid, m.gid, m.mode) == (1234, 1234, 0o600), f
+    key = members["etc/ssh/troupe_host_ed25519_key"]
+    assert (key.uid, key.mode) == (0, 0o600)
+    assert members["run/sshd"].isdir() and members["run/troupe"].isdir()

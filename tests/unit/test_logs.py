@@ -39,3 +39,16 @@ async def test_merged_follow_ends_when_all_streams_end() -> None:
     streams = {"main1": lines("x\n"), "sub1": lines("y\n")}
     out = [x.prefixed() async for x in merged(streams, follow=True)]
     assert sorted(out) == ["[main1] x\n", "[sub1] y\n"]
+
+
+def test_start_up_reports_are_not_shown_with_a_kernels_output() -> None:
+    from troupe.agent.logs import _shown_text, is_progress
+    from troupe.agent.ready import engine_time
+
+    assert is_progress("troupe: ready\n") and is_progress("2026-11-26T00:00:01.5Z troupe: started")
+    assert not is_progress("troupe: not ready after 3s: waiting for name:sub1")
+    assert not is_progress("2026-11-26T00:00:01Z troupe: warning: no sshd")
+    text = "a\n2026-11-26T00:00:01Z troupe: started\nb\ntroupe: ready\n"
+    assert _shown_text(text) == "a\nb\n"
+    assert engine_time("2026-11-26T09:11:18.413763123Z") == "2026-11-26T09:11:18.413763+00:00"
+    assert engine_time("2026-11-26T09:11:18Z") == "2026-11-26T09:11:18+00:00"

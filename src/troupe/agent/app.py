@@ -28,6 +28,7 @@ from troupe.api.agent import (
     KernelStarted,
     KernelState,
     NetworkSpec,
+    ReadyTimes,
 )
 from troupe.api.errors import TroupeError, Unauthorized
 from troupe.api.models import ImageInfo
@@ -103,8 +104,8 @@ def create_agent_app(backend: DockerAgent, token: str) -> FastAPI:
         return await backend.create_kernels(specs)
 
     @app.post(f"{AGENT_PREFIX}/ready")
-    async def ready(req: ReadyRequest) -> None:
-        await backend.wait_ready(req.containers, req.hosts, req.timeout)
+    async def ready(req: ReadyRequest) -> dict[str, ReadyTimes]:
+        return await backend.wait_ready(req.containers, req.hosts, req.timeout)
 
     @app.post(f"{AGENT_PREFIX}/go")
     async def go(req: ContainerRequest) -> None:

@@ -53,6 +53,9 @@ class AgentConfig:
     tls_key: Path | None = None
     pids_limit: int = defaults.PIDS_LIMIT
     saved_log_bytes: int = defaults.SAVED_LOG_BYTES
+    #: ``--gpus``: auto, none or indices such as 0,2; ``--nvidia-smi``: its path
+    gpus: str = "auto"
+    nvidia_smi: str | None = None
 
     @property
     def tls(self) -> bool:
@@ -83,6 +86,8 @@ class AgentDaemon:
             data_root=config.data_root,
             pids_limit=config.pids_limit,
             saved_log_bytes=config.saved_log_bytes,
+            gpus=config.gpus,
+            nvidia_smi=config.nvidia_smi,
         )
         self._http = httpx.AsyncClient(
             base_url=config.manager.rstrip("/") + "/v1", timeout=10, transport=transport

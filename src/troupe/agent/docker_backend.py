@@ -25,13 +25,13 @@ import aiodocker
 from aiodocker.exceptions import DockerError
 
 from troupe.agent import exec as execs
+from troupe.agent import gpus as gpu_discovery
 from troupe.agent import logs as klogs
-from troupe.agent import networks
+from troupe.agent import networks, ready
 from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
 from troupe.agent.exec import ShellIO
 from troupe.agent.kernel import (
-    RUNNER_MOUNT,
     KernelLimits,
     container_config,
     files_archive,
@@ -41,6 +41,7 @@ from troupe.agent.kernel import (
 from troupe.agent.resources import data_marker, host_cpu_count, host_memory_bytes, mtu_of_address
 from troupe.api import defaults
 from troupe.api.agent import (
+    LABEL_GPUS,
     LABEL_HOSTNAME,
     LABEL_KERNEL,
     LABEL_SESSION,
@@ -50,12 +51,13 @@ from troupe.api.agent import (
     KernelStarted,
     KernelState,
     NetworkSpec,
+    ReadyTimes,
 )
 from troupe.api.aio import gather_all
 from troupe.api.defaults import AGENT_DATA_ROOT
 from troupe.api.errors import AgentFailed
 from troupe.api.exec import ExecItem
-from troupe.api.models import ImageInfo
+from troupe.api.models import GpuInfo, ImageInfo
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,8 @@ class DockerAgent:
         log_max_size: str = defaults.ENGINE_LOG_MAX_SIZE,
         log_max_files: int = defaults.ENGINE_LOG_MAX_FILES,
         saved_log_bytes: int = defaults.SAVED_LOG_BYTES,
+        gpus: str = "auto",
+        nvidia_smi: str | None = None,
     ) -> None:
         self.name = name
         self.group = group
@@ -107,12 +111,18 @@ class DockerAgent:
         self._mem = mem
         self._docker: aiodocker.Docker | None = None
         self._exits: ExitWatcher | None = None
+        #: ``--gpus`` and ``--nvidia-smi``; what start() found: the GPUs offered, or why none
+        self._gpu_choice = gpu_discovery.Choice.parse(gpus)
+        self._nvidia_smi = nvidia_smi
+        self.gpus: list[GpuInfo] = []
+        self.gpu_reason = ""
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self, on_exit: ExitHandler | None = None) -> None:
         """Makes the data root and its folders private (mode 0700: the engine, root, still
-        mounts them), connects to the engine (:class:`AgentFailed` if it does not answer) and,
-        given ``on_exit``, reports kernels that stop on their own to it."""
+        mounts them), connects to the engine (:class:`AgentFailed` if it does not answer), finds
+        the GPUs to offer (:mod:`troupe.agent.gpus`, once) and, given ``on_exit``, reports
+        kernels that stop on their own to it."""
         self.private_dirs()
         for root in {str(self.data_root.absolute()), str(self.data_root.resolve())}:
             own_place(root, "<data root>")
@@ -125,6 +135,13 @@ class DockerAgent:
             await docker.close()
             raise AgentFailed(f"Docker engine not reachable: {e}") from e
         self._docker = docker
+        self.gpus, self.gpu_reason = await gpu_discovery.discover(
+            docker, self._gpu_choice, self._nvidia_smi
+        )
+        if self.gpus:
+            log.info("offering %d GPUs: %s", len(self.gpus), ", ".join(g.model for g in self.gpus))
+        else:
+            log.info("offering no GPUs: %s", self.gpu_reason)
         if on_exit is not None:
             self._exits = ExitWatcher(docker, on_exit)
             self._exits.start()
@@ -166,6 +183,9 @@ class DockerAgent:
             mem=self._mem if self._mem is not None else host_memory_bytes(),
             group=self.group,
             swarm_manager=swarm,
+            gpu=len(self.gpus),
+            gpus=self.gpus,
+            gpu_reason=self.gpu_reason,
         )
 
     @property
@@ -263,26 +283,24 @@ class DockerAgent:
             )
         nets = info.get("NetworkSettings", {}).get("Networks", {})
         ip = (nets.get(spec.network) or {}).get("IPAddress") or None
-        return KernelStarted(kernel_id=spec.kernel_id, container_id=info["Id"], ip=ip)
+        started = info["State"].get("StartedAt")
+        return KernelStarted(
+            kernel_id=spec.kernel_id,
+            container_id=info["Id"],
+            ip=ip,
+            created_at=ready.engine_time(info["Created"]) if info.get("Created") else None,
+            started_at=ready.engine_time(started) if started else None,
+        )
 
     async def wait_ready(
         self, containers: dict[str, str], hosts: list[str], timeout: float
-    ) -> None:
-        """Runs the readiness check in this agent's kernels at once.
+    ) -> dict[str, ReadyTimes]:
+        """Waits until this agent's kernels say they are ready (:mod:`troupe.agent.ready`).
 
-        ``containers``: hostname -> container id of the kernels here; ``hosts``: every hostname
-        of the session (peers may live on other agents).
+        ``containers``: hostname -> container id of the kernels here. ``hosts`` (every kernel
+        of the session) is not needed: each kernel knows its peers from its environment.
         """
-
-        async def check(host: str, cid: str) -> None:
-            peers = [h for h in hosts if h != host]
-            code, out = await self.exec_collect(
-                cid, ["/bin/sh", f"{RUNNER_MOUNT}/ready.sh", str(int(timeout)), *peers], user="root"
-            )
-            if code != 0:
-                raise AgentFailed(out.strip() or f"readiness check exited with {code}", kernel=host)
-
-        await gather_all(check(h, c) for h, c in containers.items())
+        return await ready.wait_ready(self.docker, containers, timeout)
 
     async def signal_go(self, container_id: str) -> None:
         """Lets a batch main1 start its command (it waits until the session is ready)."""
@@ -319,6 +337,7 @@ class DockerAgent:
                 hostname=c["Labels"].get(LABEL_HOSTNAME) or c["Id"][:12],
                 container_id=c["Id"],
                 state=c["State"],
+                gpus=[g for g in (c["Labels"].get(LABEL_GPUS) or "").split(",") if g],
             )
             for c in await self._containers(LABEL_SESSION)
         ]

@@ -16,6 +16,7 @@ from typing import Any
 
 from troupe.api import defaults
 from troupe.api.agent import (
+    LABEL_GPUS,
     LABEL_HOSTNAME,
     LABEL_KERNEL,
     LABEL_OWNER,
@@ -83,6 +84,14 @@ def folder_path(folders_root: Path, m: MountSpec) -> Path:
     return path
 
 
+def device_requests(gpu_ids: list[str]) -> list[dict[str, Any]]:
+    """The engine's device request for whole NVIDIA GPUs by UUID (``docker run --gpus
+    '"device=UUID,..."'``): the container sees these and no others."""
+    if not gpu_ids:
+        return []
+    return [{"Driver": "nvidia", "DeviceIDs": gpu_ids, "Capabilities": [["gpu"]]}]
+
+
 def container_config(
     spec: KernelSpec,
     runner_dir: str,
@@ -106,6 +115,7 @@ def container_config(
             LABEL_KERNEL: spec.kernel_id,
             LABEL_OWNER: spec.owner,
             LABEL_HOSTNAME: spec.hostname,
+            **({LABEL_GPUS: ",".join(spec.gpus)} if spec.gpus else {}),
         },
         "HostConfig": {
             "Init": True,
@@ -116,6 +126,7 @@ def container_config(
             "NetworkMode": spec.network,
             "RestartPolicy": {"Name": "no"},
             **(limits or KernelLimits()).host_config(),
+            **({"DeviceRequests": device_requests(spec.gpus)} if spec.gpus else {}),
         },
         "NetworkingConfig": {
             "EndpointsConfig": {spec.network: {"Aliases": [spec.hostname]}},
@@ -124,31 +135,37 @@ def container_config(
 
 
 def files_archive(files: list[FileSpec]) -> bytes:
-    """A tar to extract at ``/``: the files with their owners and modes, parents 0755 root."""
+    """A tar to extract at ``/``: the directories and files with their owners and modes (the
+    engine keeps both); parents not listed are 0755 root."""
     buf = io.BytesIO()
     now = time.time()
     seen: set[str] = set()
+
+    def entry(path: PurePosixPath, f: FileSpec | None) -> tarfile.TarInfo:
+        info = tarfile.TarInfo(str(path).lstrip("/"))
+        info.mtime = now
+        if f is None or f.directory:
+            info.type = tarfile.DIRTYPE
+        info.mode, info.uid, info.gid = (0o755, 0, 0) if f is None else (f.mode, f.uid, f.gid)
+        return info
+
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for f in files:
+        # directories first, outer before inner, so a listed one is never made as a parent
+        for f in sorted(files, key=lambda f: (not f.directory, len(PurePosixPath(f.path).parts))):
             path = PurePosixPath(f.path)
             if not path.is_absolute() or ".." in path.parts:
                 raise ValueError(f"file path must be absolute and normalised: {f.path}")
             for parent in reversed(path.parents[:-1]):
-                name = str(parent).lstrip("/")
-                if name in seen:
-                    continue
-                seen.add(name)
-                d = tarfile.TarInfo(name)
-                d.type, d.mode, d.mtime = tarfile.DIRTYPE, 0o755, now
-                tar.addfile(d)
+                if str(parent) not in seen:
+                    seen.add(str(parent))
+                    tar.addfile(entry(parent, None))
+            if f.directory:
+                if str(path) not in seen:
+                    seen.add(str(path))
+                    tar.addfile(entry(path, f))
+                continue
             data = f.content.encode()
-            info = tarfile.TarInfo(str(path).lstrip("/"))
-            info.size, info.mode, info.uid, info.gid, info.mtime = (
-                len(data),
-                f.mode,
-                f.uid,
-                f.gid,
-                now,
-            )
+            info = entry(path, f)
+            info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()

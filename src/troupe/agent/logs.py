@@ -30,6 +30,31 @@ MAX_LINE = 64 * 1024
 CUT_NOTE_ROOM = 80
 
 
+#: What troupe's entrypoint says on a kernel's output about its start-up (read by
+#: :mod:`troupe.agent.ready`); not shown with the kernel's own output. Warnings are.
+STARTED = "troupe: started"
+READY = "troupe: ready"
+PROGRESS = frozenset({STARTED, READY})
+
+
+def is_progress(line: str) -> bool:
+    """Whether a log line (timestamped or not) is one of :data:`PROGRESS`."""
+    text = line.rstrip("\n")
+    return text in PROGRESS or text.partition(" ")[2] in PROGRESS
+
+
+async def _shown(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    async for line in lines:
+        if not is_progress(line):
+            yield line
+
+
+def _shown_text(text: str) -> str:
+    if "troupe: " not in text:
+        return text
+    return "".join(x for x in text.splitlines(keepends=True) if not is_progress(x))
+
+
 def cut_note(kept: int) -> str:
     return f"[troupe: earlier output cut, {kept} bytes kept]\n"
 
@@ -120,13 +145,18 @@ async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
         yield pending
 
 
+def follow_lines(docker: aiodocker.Docker, container_id: str) -> AsyncIterator[str]:
+    """The timestamped lines of a kernel (troupe's have no TTY), followed until it stops."""
+    return _lines(_chunks(docker, container_id, False, follow=True))
+
+
 async def open_logs(
     docker: aiodocker.Docker, container_id: str, follow: bool = False
 ) -> AsyncIterator[str]:
     """Asks the engine now (an unknown container raises :class:`NotFound` at once) and returns
     the timestamped lines; with ``follow`` they go on until the container stops."""
     tty = await _is_tty(docker, container_id)
-    return _lines(_chunks(docker, container_id, tty, follow=follow))
+    return _shown(_lines(_chunks(docker, container_id, tty, follow=follow)))
 
 
 def _line_start(buf: bytes | bytearray) -> int:
@@ -157,12 +187,12 @@ async def last_bytes(docker: aiodocker.Docker, container_id: str, limit: int) ->
     except TroupeError:  # the engine cannot say: keep what was read
         pass
     if not cut:
-        return buf.decode(errors="replace")
+        return _shown_text(buf.decode(errors="replace"))
     if limit < CUT_NOTE_ROOM:
         return ""
     start = _line_start(buf)
     with memoryview(buf)[start:] as body:  # decoded without another copy of the bytes
-        return cut_note(len(body)) + str(body, "utf-8", "replace")
+        return cut_note(len(body)) + _shown_text(str(body, "utf-8", "replace"))
 
 
 async def last_lines(docker: aiodocker.Docker, container_id: str, n: int) -> list[str]:
@@ -172,5 +202,6 @@ async def last_lines(docker: aiodocker.Docker, container_id: str, n: int) -> lis
     with contextlib.suppress(TroupeError):
         tty = await _is_tty(docker, container_id)
         async for line in _lines(_chunks(docker, container_id, tty, timestamps=False, tail=n)):
-            out.append(line.rstrip("\n"))
+            if not is_progress(line):
+                out.append(line.rstrip("\n"))
     return out[-n:] if n > 0 else []

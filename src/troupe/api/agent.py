@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Annotated, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from troupe.api import defaults
 from troupe.api.exec import ExecItem
-from troupe.api.models import ImageInfo
+from troupe.api.models import GpuId, GpuInfo, ImageInfo
 from troupe.api.shell import Shell
 
 #: Path prefix of an agent's HTTP API (served by troupe.agent, called by the manager).
@@ -24,16 +24,20 @@ LABEL_SESSION = "troupe.session"
 LABEL_KERNEL = "troupe.kernel"
 LABEL_OWNER = "troupe.owner"
 LABEL_HOSTNAME = "troupe.hostname"
+#: The GPUs (UUIDs, comma-separated) a kernel's container was given: read back after restarts.
+LABEL_GPUS = "troupe.gpus"
 
 
 class FileSpec(BaseModel):
-    """A file put into the container before it starts (never on the host's disk)."""
+    """A file (or, with ``directory``, a directory) put into the container before it starts,
+    with its owner and mode (never on the host's disk)."""
 
     path: str
-    content: str
+    content: str = ""
     mode: int = 0o644
     uid: int = 0
     gid: int = 0
+    directory: bool = False
 
 
 class MountSpec(BaseModel):
@@ -68,6 +72,8 @@ class KernelSpec(BaseModel):
     command: list[str] = Field(default_factory=list)
     files: list[FileSpec] = Field(default_factory=list)
     mounts: list[MountSpec] = Field(default_factory=list)
+    #: UUIDs of the whole GPUs this kernel gets (the engine's ``nvidia`` device request)
+    gpus: list[GpuId] = Field(default_factory=list)
 
     @property
     def container_name(self) -> str:
@@ -78,6 +84,14 @@ class KernelStarted(BaseModel):
     kernel_id: str
     container_id: str
     ip: str | None
+    #: when the engine created and started the container (ISO 8601 UTC; None: unknown)
+    created_at: str | None = None
+    started_at: str | None = None
+
+
+#: A kernel's start-up phases that only its agent sees: phase -> ISO 8601 UTC time.
+#: ``entrypoint``: the entrypoint finished setting up; ``ready``: every peer reachable.
+ReadyTimes = dict[str, str]
 
 
 class KernelExit(BaseModel):
@@ -104,6 +118,8 @@ class KernelState(BaseModel):
     container_id: str
     #: the engine's state: running, exited, created, ...
     state: str
+    #: UUIDs of the GPUs its container was given
+    gpus: list[str] = Field(default_factory=list)
 
 
 class AgentCapacity(BaseModel):
@@ -117,6 +133,17 @@ class AgentCapacity(BaseModel):
     data_marker: str = ""
     #: MTU of the interface the engine's swarm traffic uses (0: unknown).
     underlay_mtu: int = 0
+    #: The whole GPUs offered to kernels (the manager counts these, not ``gpu``).
+    gpus: list[GpuInfo] = Field(default_factory=list, max_length=1024)
+    #: Why no GPUs are offered (no nvidia-smi, an engine that cannot hand them over, ...).
+    gpu_reason: str = Field("", max_length=1000)
+
+    @field_validator("gpus")
+    @classmethod
+    def _distinct(cls, gpus: list[GpuInfo]) -> list[GpuInfo]:
+        if len({g.uuid for g in gpus}) != len(gpus) or len({g.index for g in gpus}) != len(gpus):
+            raise ValueError("GPUs must have distinct indices and UUIDs")
+        return gpus
 
 
 ExitHandler = Callable[[KernelExit], Awaitable[None]]
@@ -140,7 +167,7 @@ class AgentBackend(Protocol):
     async def create_kernels(self, specs: Sequence[KernelSpec]) -> list[KernelStarted]: ...
     async def wait_ready(
         self, containers: dict[str, str], hosts: list[str], timeout: float
-    ) -> None: ...
+    ) -> dict[str, ReadyTimes]: ...
     async def signal_go(self, container_id: str) -> None: ...
     async def remove_kernels(self, session_id: str) -> dict[str, str]: ...
     async def list_kernels(self) -> list[KernelState]: ...

@@ -169,6 +169,21 @@ def begin(
     return change
 
 
+#: Start-up phases stamped in timelines besides statuses (lower case: statuses are upper).
+#: Sessions: ``network``; kernels: ``created``, ``started`` (the engine's times),
+#: ``entrypoint`` (set up) and ``ready`` (every peer reachable), from their agents.
+PHASES = ("network", "created", "started", "entrypoint", "ready")
+
+
+def mark(entity: Stateful, times: Mapping[str, str | None]) -> None:
+    """Stamps start-up phases (phase -> ISO time) in the entity's timeline; unknown phases
+    and missing times are ignored (an agent's report is not trusted to be complete)."""
+    known = {p: t for p, t in times.items() if p in PHASES and t}
+    timeline = getattr(entity, "timeline", None)
+    if known and isinstance(timeline, dict):
+        entity.timeline = {**timeline, **known}  # type: ignore[attr-defined]
+
+
 def transition(
     entity: Stateful, to: StrEnum, changes: list[Change], now: datetime | None = None
 ) -> Change | None:

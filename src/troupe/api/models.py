@@ -246,6 +246,13 @@ class KernelInfo(BaseModel):
     oom_killed: bool = False
     #: status (or phase) -> when it was reached, ISO 8601 UTC
     timeline: dict[str, str] = Field(default_factory=dict)
+    #: UUIDs of the whole GPUs this kernel holds on its agent
+    gpus: list[str] = Field(default_factory=list)
+    phases: dict[str, float] = Field(
+        default_factory=dict,
+        description="start-up phase -> seconds after the session was created: created, "
+        "started (the engine's), entrypoint (set up), ready (every peer reachable)",
+    )
 
 
 class SessionInfo(BaseModel):
@@ -274,6 +281,11 @@ class SessionInfo(BaseModel):
     terminated_at: datetime | None = None
     #: status (or phase) -> when it was reached, ISO 8601 UTC
     timeline: dict[str, str] = Field(default_factory=dict)
+    phases: dict[str, float] = Field(
+        default_factory=dict,
+        description="start-up phase -> seconds after creation: scheduled, network, then "
+        "created, started, entrypoint (the slowest kernel's) and ready (RUNNING)",
+    )
     kernels: list[KernelInfo] = Field(default_factory=list)
 
 
@@ -315,6 +327,20 @@ class UserInfo(BaseModel):
     api_key: str | None = Field(None, description="shown once, at creation")
 
 
+#: A GPU's id as the engine's device request takes it (e.g. ``GPU-78e7bc87-...``).
+GpuId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
+class GpuInfo(BaseModel):
+    """One whole GPU an agent offers, as ``nvidia-smi`` reports it."""
+
+    index: int = Field(ge=0, le=1023)
+    uuid: GpuId
+    model: str = Field("", max_length=255)
+    #: bytes (0: unknown)
+    memory: int = Field(0, ge=0, lt=2**63)
+
+
 class AgentInfo(BaseModel):
     id: str
     name: str
@@ -329,6 +355,9 @@ class AgentInfo(BaseModel):
     kernels: int
     swarm_manager: bool = False
     heartbeat_age: float | None = None
+    #: the GPUs offered (``gpu`` is their count) and, when there are none, why
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    gpu_reason: str = ""
 
 
 class ImageInfo(BaseModel):

@@ -6,30 +6,36 @@ Settings: ``TROUPE_API_URL`` (default :data:`troupe.api.defaults.API_URL`) and
 Failures raise the domain errors of :mod:`troupe.api.errors`: an error answer becomes the
 class its ``code`` names (``status`` holds the HTTP status), a server out of reach becomes
 :class:`~troupe.api.errors.Unreachable` (``status`` 0).
+
+Importing this module loads httpx but not the pydantic models of :mod:`troupe.api.models`: a
+method loads them when it first returns one, so that ``exec_stream`` and the ``*_data``
+methods (plain JSON) cost a short command line nothing more.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
 
 import httpx
 
 from troupe.api import defaults, errors
 from troupe.api import exec as exec_frames
-from troupe.api.models import (
-    AgentInfo,
-    ExecRequest,
-    FolderInfo,
-    ImageInfo,
-    SessionCreate,
-    SessionInfo,
-    UserInfo,
-)
+
+if TYPE_CHECKING:
+    from troupe.api.models import (
+        AgentInfo,
+        FolderInfo,
+        ImageInfo,
+        SessionCreate,
+        SessionInfo,
+        UserInfo,
+    )
 
 __all__ = ["Client", "TroupeError", "load_settings"]
 
@@ -67,6 +73,42 @@ def _user_path(name: str | None) -> str:
     return "/users/me" if name is None else "/users/" + quote(name, safe="")
 
 
+#: What :class:`~troupe.api.models.ExecRequest` accepts as ``kernel`` (its pattern).
+_KERNEL = re.compile(r"main1|sub[1-9][0-9]*")
+
+
+def _exec_body(command: list[str], kernel: str, user: str) -> dict[str, Any]:
+    """The body of an exec request. A plainly valid one is built as it is; anything else goes
+    through :class:`~troupe.api.models.ExecRequest`; what it refuses raises :class:`Invalid`."""
+    if (
+        command
+        and all(type(arg) is str and "\0" not in arg for arg in command)
+        and type(kernel) is str
+        and _KERNEL.fullmatch(kernel)
+        and user in ("work", "root")
+    ):
+        return {"command": list(command), "kernel": kernel, "user": user}
+    from pydantic import ValidationError
+
+    from troupe.api.models import ExecRequest
+
+    try:
+        body: dict[str, Any] = ExecRequest(command=command, kernel=kernel, user=user).model_dump()
+    except ValidationError as e:  # refused here as the server would: a domain error
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err["loc"][:1]) or "body"
+        raise errors.Invalid.field_rule(field, err["msg"]) from None
+    return body
+
+
+def _no_tls(url: str) -> bool:
+    """Whether every request goes over plain HTTP: then no TLS context (certificates) is made."""
+    proxies = ("http_proxy", "https_proxy", "all_proxy")
+    return url.startswith("http://") and not any(
+        os.environ.get(k) or os.environ.get(k.upper()) for k in proxies
+    )
+
+
 class Client:
     def __init__(
         self, url: str | None = None, api_key: str | None = None, timeout: float = 60.0
@@ -74,7 +116,11 @@ class Client:
         self.url, self.api_key = load_settings(url, api_key)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         self._http = httpx.Client(
-            base_url=self.url.rstrip("/") + "/v1", headers=headers, timeout=timeout
+            base_url=self.url.rstrip("/") + "/v1",
+            headers=headers,
+            timeout=timeout,
+            # loading the CA certificates takes longer than a short command: not for plain http
+            verify=not _no_tls(self.url),
         )
 
     def close(self) -> None:
@@ -99,22 +145,46 @@ class Client:
 
     # sessions
     def create_session(self, req: SessionCreate) -> SessionInfo:
+        from troupe.api.models import SessionInfo
+
         data = req.model_dump(mode="json", exclude_unset=True)
         data["name"], data["image"] = req.name, req.image
         return SessionInfo.model_validate(self._req("POST", "/sessions", json=data))
 
     def list_sessions(self, all: bool = False) -> list[SessionInfo]:
-        return [
-            SessionInfo.model_validate(x)
-            for x in self._req("GET", "/sessions", params={"all": all})
-        ]
+        from troupe.api.models import SessionInfo
+
+        return [SessionInfo.model_validate(x) for x in self.list_sessions_data(all)]
+
+    def list_sessions_data(self, all: bool = False) -> list[dict[str, Any]]:
+        """:meth:`list_sessions` as the JSON the server sent (no models: cheaper to load).
+
+        The server answers a page at a time (newest first, each oldest first; ``Link: next``
+        while older ones remain): every page is fetched, so all come back, oldest first."""
+        pages: list[list[dict[str, Any]]] = []
+        params: dict[str, Any] = {"all": all, "limit": 500}
+        while True:
+            try:
+                resp = self._http.get("/sessions", params=params)
+            except httpx.TransportError as e:
+                self._unreachable(e)
+            _raise_for(resp)
+            pages.append(resp.json())
+            after = resp.links.get("next", {}).get("url")
+            if not after or not pages[-1]:
+                return [s for page in reversed(pages) for s in page]
+            params["before"] = httpx.URL(after).params["before"]
 
     def get_session(self, ref: str) -> SessionInfo:
+        from troupe.api.models import SessionInfo
+
         return SessionInfo.model_validate(self._req("GET", f"/sessions/{ref}"))
 
     def wait_session(
         self, ref: str, until: str = "running", since: str | None = None, timeout: float = 30.0
     ) -> SessionInfo:
+        from troupe.api.models import SessionInfo
+
         params: dict[str, Any] = {"until": until, "timeout": timeout}
         if since:
             params["since"] = since
@@ -123,6 +193,8 @@ class Client:
         )
 
     def destroy_session(self, ref: str) -> SessionInfo:
+        from troupe.api.models import SessionInfo
+
         return SessionInfo.model_validate(self._req("DELETE", f"/sessions/{ref}"))
 
     def logs(self, ref: str, container: str | None = None, follow: bool = False) -> Iterator[str]:
@@ -178,10 +250,10 @@ class Client:
     ) -> Iterator[bytes | int]:
         """Yields the command's output as it comes (bytes chunks, stdout and stderr merged),
         then its exit code (an int) last."""
-        body = ExecRequest(command=command, kernel=kernel, user=user)
+        body = _exec_body(command, kernel, user)
         try:
             with self._http.stream(
-                "POST", f"/sessions/{ref}/exec", json=body.model_dump(), timeout=None
+                "POST", f"/sessions/{ref}/exec", json=body, timeout=None
             ) as resp:
                 _raise_for(resp)
                 for line in resp.iter_lines():
@@ -208,15 +280,21 @@ class Client:
 
     # folders, users, agents, images
     def create_folder(self, name: str) -> FolderInfo:
+        from troupe.api.models import FolderInfo
+
         return FolderInfo.model_validate(self._req("POST", "/folders", json={"name": name}))
 
     def list_folders(self) -> list[FolderInfo]:
+        from troupe.api.models import FolderInfo
+
         return [FolderInfo.model_validate(x) for x in self._req("GET", "/folders")]
 
     def delete_folder(self, name: str) -> None:
         self._req("DELETE", f"/folders/{name}")
 
     def create_user(self, name: str, admin: bool = False) -> UserInfo:
+        from troupe.api.models import UserInfo
+
         return UserInfo.model_validate(
             self._req("POST", "/users", json={"name": name, "admin": admin})
         )
@@ -246,6 +324,8 @@ class Client:
     def rotate_key(self, name: str | None = None) -> UserInfo:
         """A new key (``api_key``, shown once) for ``name`` (admin) or yourself (None); the
         old one stops working."""
+        from troupe.api.models import UserInfo
+
         return UserInfo.model_validate(self._req("POST", _user_path(name) + "/rotate"))
 
     def delete_user(self, name: str) -> None:
@@ -253,6 +333,8 @@ class Client:
         self._req("DELETE", _user_path(name))
 
     def list_agents(self) -> list[AgentInfo]:
+        from troupe.api.models import AgentInfo
+
         return [AgentInfo.model_validate(x) for x in self._req("GET", "/agents")]
 
     def remove_agent(self, name: str) -> None:
@@ -260,6 +342,8 @@ class Client:
         self._req("DELETE", f"/agents/{quote(name, safe='')}")
 
     def list_images(self) -> list[ImageInfo]:
+        from troupe.api.models import ImageInfo
+
         return [ImageInfo.model_validate(x) for x in self._req("GET", "/images")]
 
     def health(self) -> dict[str, Any]:

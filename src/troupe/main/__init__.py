@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import typer
 
-from troupe.client.cli import agents, folders, images, sessions, users
+from troupe.client.cli import agents, folders, images, params, sessions, users
 from troupe.main import agent, server
 
+params.install()  # plain option values (str, choices) without pydantic: see its docstring
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 app.command("server")(server.run)
 

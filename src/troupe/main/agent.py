@@ -62,6 +62,12 @@ def run(
     saved_log: Annotated[
         str, typer.Option(help="bytes of each kernel's log handed over when it is removed")
     ] = "8m",
+    gpus: Annotated[
+        str, typer.Option(help="GPUs to offer: auto (all that nvidia-smi reports), none, or 0,2")
+    ] = "auto",
+    nvidia_smi: Annotated[
+        str | None, typer.Option(help="nvidia-smi to ask (default: the first on PATH)")
+    ] = None,
 ) -> None:
     """Run an agent for a manager on another host (when --manager is given)."""
     if ctx.invoked_subcommand is not None:
@@ -75,7 +81,13 @@ def run(
     import socket
 
     from troupe.agent.daemon import AgentConfig, AgentDaemon
+    from troupe.agent.gpus import Choice
     from troupe.api.models import parse_size
+
+    try:
+        Choice.parse(gpus)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--gpus") from e
 
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():
@@ -116,6 +128,8 @@ def run(
         tls_key=tls_key,
         pids_limit=pids_limit,
         saved_log_bytes=sizes["--saved-log"] or defaults.SAVED_LOG_BYTES,
+        gpus=gpus,
+        nvidia_smi=nvidia_smi,
     )
     asyncio.run(AgentDaemon(config).run())
 

@@ -25,6 +25,13 @@ def run(
     no_local_agent: Annotated[bool, typer.Option("--no-local-agent")] = False,
     cpu: Annotated[float | None, typer.Option(help="cores the local agent offers")] = None,
     mem: Annotated[str | None, typer.Option(help="memory the local agent offers, e.g. 8g")] = None,
+    gpus: Annotated[
+        str,
+        typer.Option(help="GPUs the local agent offers: auto (all nvidia-smi reports), none, 0,2"),
+    ] = "auto",
+    nvidia_smi: Annotated[
+        str | None, typer.Option(help="nvidia-smi the local agent asks (default: first on PATH)")
+    ] = None,
     subnet_pool: Annotated[
         str, typer.Option(help="pool of session subnets")
     ] = defaults.SUBNET_POOL,
@@ -88,6 +95,12 @@ def run(
     import uvicorn
 
     from troupe.agent.docker_backend import DockerAgent
+    from troupe.agent.gpus import Choice
+
+    try:
+        Choice.parse(gpus)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--gpus") from e
     from troupe.manager.app import create_app
     from troupe.manager.config import ServerConfig
 
@@ -99,6 +112,8 @@ def run(
             local_agent=not no_local_agent,
             agent_cpu=cpu,
             agent_mem=sizes["--mem"],
+            agent_gpus=gpus,
+            nvidia_smi=nvidia_smi,
             subnet_pool=subnet_pool,
             agent_token=agent_token,
             agent_timeout=agent_timeout,
@@ -127,6 +142,8 @@ def run(
                 data_root=config.data_dir,
                 pids_limit=config.pids_limit,
                 saved_log_bytes=config.saved_log_bytes,
+                gpus=config.agent_gpus,
+                nvidia_smi=config.nvidia_smi,
             )
         }
         if config.local_agent

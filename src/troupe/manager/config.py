@@ -22,6 +22,9 @@ class ServerConfig:
     #: Capacity the local agent offers (default: the whole host).
     agent_cpu: float | None = None
     agent_mem: int | None = None
+    #: The local agent's GPUs: auto, none or indices such as 0,2; and its nvidia-smi.
+    agent_gpus: str = "auto"
+    nvidia_smi: str | None = None
     max_cluster_size: int = defaults.MAX_CLUSTER_SIZE
     subnet_pool: str = defaults.SUBNET_POOL
     subnet_prefix: int = defaults.SUBNET_PREFIX

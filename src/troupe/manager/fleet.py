@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 RemoteFactory = Callable[[str, str, str], AgentBackend]
 
 
+def offered_gpus(agent: Agent) -> list[str]:
+    """UUIDs of the GPUs an agent offers, in index order."""
+    return [str(g["uuid"]) for g in agent.gpus or [] if isinstance(g, dict) and g.get("uuid")]
+
+
 class Fleet:
     def __init__(
         self,
@@ -137,32 +142,39 @@ class Fleet:
 
     async def states(self, db: AsyncSession) -> list[AgentState]:
         """Capacity and use of every ALIVE agent, counted from the database (kernels of
-        sessions that hold resources), so nothing is counted twice."""
+        sessions that hold resources), so nothing is counted twice. GPUs are counted by device:
+        an offered GPU is free unless such a kernel holds its UUID."""
         agents = (await db.execute(select(Agent).where(Agent.status == AgentStatus.ALIVE))).all()
-        used: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0])
+        used: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+        held: dict[str, set[str]] = defaultdict(set)
         rows = await db.execute(
-            select(Kernel.agent_id, Session.cpu, Session.mem, Session.gpu)
+            select(Kernel.agent_id, Kernel.gpus, Session.cpu, Session.mem)
             .join(Session, Kernel.session_id == Session.id)
             .where(Session.status.in_(SESSION_ALLOCATED), Kernel.agent_id.is_not(None))
         )
-        for agent_id, cpu, mem, gpu in rows:
+        for agent_id, gpus, cpu, mem in rows:
             u = used[agent_id or ""]
             u[0] += cpu
             u[1] += mem
-            u[2] += gpu
-        return [
-            AgentState(
-                id=a.id,
-                group=a.group,
-                cpu=a.cpu,
-                mem=a.mem,
-                gpu=a.gpu,
-                cpu_used=used[a.id][0],
-                mem_used=int(used[a.id][1]),
-                gpu_used=int(used[a.id][2]),
+            held[agent_id or ""].update(gpus or [])
+        out = []
+        for (a,) in agents:
+            offered = offered_gpus(a)
+            free = tuple(g for g in offered if g not in held[a.id])
+            out.append(
+                AgentState(
+                    id=a.id,
+                    group=a.group,
+                    cpu=a.cpu,
+                    mem=a.mem,
+                    gpu=len(offered),
+                    cpu_used=used[a.id][0],
+                    mem_used=int(used[a.id][1]),
+                    gpu_used=len(offered) - len(free),
+                    gpu_free_ids=free,
+                )
             )
-            for (a,) in agents
-        ]
+        return out
 
     async def _record(self, agent_id: str, cap: AgentCapacity, address: str | None) -> bool:
         """Stores what an agent reported (``address`` None: in-process); True if it was LOST."""
@@ -185,13 +197,13 @@ class Fleet:
             db.add(row)
         else:
             was_lost = transition(row, AgentStatus.ALIVE, changes_of(db)) is not None
-        row.address, row.group, row.cpu, row.mem, row.gpu = (
-            address,
-            cap.group,
-            cap.cpu,
-            cap.mem,
-            cap.gpu,
-        )
+        row.address, row.group, row.cpu, row.mem = address, cap.group, cap.cpu, cap.mem
+        # the devices count, not ``gpu``: a GPU the manager cannot name cannot be handed out
+        row.gpus = [g.model_dump() for g in sorted(cap.gpus, key=lambda g: g.index)]
+        row.gpu = len(row.gpus)
+        row.gpu_reason = cap.gpu_reason
+        if cap.gpu and not cap.gpus:
+            row.gpu_reason = cap.gpu_reason or f"{cap.gpu} GPUs reported without their UUIDs"
         row.swarm_manager, row.data_marker, row.underlay_mtu = (
             cap.swarm_manager,
             cap.data_marker,

@@ -18,6 +18,8 @@ from troupe.cluster import (
 from troupe.manager.store.models import Session
 
 CONFIG = "/home/config"
+#: Whole GPUs of this kernel (a count; ``nvidia-smi`` inside shows the same many).
+GPUS_VAR = "TROUPE_GPUS"
 HOST_KEY_IN_KERNEL = "/etc/ssh/troupe_host_ed25519_key"
 
 
@@ -39,6 +41,10 @@ class SessionPlan:
     ssh_public_key: str
     #: folder name -> (folder id, read-only)
     mounts: Mapping[str, tuple[str, bool]]
+    #: seconds a kernel waits for its peers before it reports what is missing
+    ready_timeout: int = 300
+    #: whole GPUs per kernel
+    gpu: int = 0
 
 
 def kernel_conf(plan: SessionPlan, hostname: str) -> str:
@@ -47,30 +53,57 @@ def kernel_conf(plan: SessionPlan, hostname: str) -> str:
     return (
         f"_troupe_uid={plan.uid}\n_troupe_gid={plan.gid}\n"
         f"_troupe_wait_go={wait_go}\n_troupe_chown='{writable}'\n"
+        f"_troupe_ready_timeout={plan.ready_timeout}\n"
     )
+
+
+def resource_txt(plan: SessionPlan) -> str:
+    """``/home/config/resource.txt``: the kernel's resources, Backend.AI-style slot names."""
+    return f"cpu={plan.cpu:g}\nmem={plan.mem}\ncuda.device={plan.gpu}\n"
+
+
+def work_home(plan: SessionPlan, hosts: list[str], known_hosts: str) -> list[FileSpec]:
+    """User ``work``'s home and SSH files, owned by the session's uid/gid and with their
+    final modes: put into the container before it starts, so its entrypoint copies nothing."""
+    own = {"uid": plan.uid, "gid": plan.gid}
+    mine = {**own, "mode": 0o600}
+    ssh = "/home/work/.ssh"
+    return [
+        FileSpec(path="/home/work", directory=True, mode=0o755, **own),
+        FileSpec(path=ssh, directory=True, mode=0o700, **own),
+        FileSpec(path=f"{ssh}/id_cluster", content=plan.ssh_private_key, **mine),
+        FileSpec(path=f"{ssh}/id_cluster.pub", content=plan.ssh_public_key + "\n", **mine),
+        FileSpec(path=f"{ssh}/authorized_keys", content=plan.ssh_public_key + "\n", **mine),
+        FileSpec(path=f"{ssh}/config", content=ssh_client_config_text(hosts), **mine),
+        FileSpec(path=f"{ssh}/known_hosts", content=known_hosts, **mine),
+    ]
 
 
 def kernel_specs(
     plan: SessionPlan,
     contracts: list[KernelContract],
     host_keys: Mapping[str, tuple[str, str]],
+    gpus: Mapping[str, list[str]] | None = None,
 ) -> list[KernelSpec]:
-    """``host_keys``: hostname -> (private, public) sshd host key of that kernel."""
+    """``host_keys``: hostname -> (private, public) sshd host key of that kernel; ``gpus``:
+    hostname -> UUIDs of its GPUs (chosen when the session was placed)."""
     hosts = [c.hostname for c in contracts]
+    known_hosts = known_hosts_text({h: host_keys[h][1] for h in hosts})
     shared = [
         FileSpec(path=f"{CONFIG}/hostfile", content=hostfile_text(hosts)),
         FileSpec(path=f"{CONFIG}/ssh/id_cluster", content=plan.ssh_private_key, mode=0o600),
         FileSpec(path=f"{CONFIG}/ssh/id_cluster.pub", content=plan.ssh_public_key + "\n"),
         FileSpec(path=f"{CONFIG}/ssh/authorized_keys", content=plan.ssh_public_key + "\n"),
         FileSpec(path=f"{CONFIG}/ssh/config", content=ssh_client_config_text(hosts)),
-        FileSpec(
-            path=f"{CONFIG}/ssh/known_hosts",
-            content=known_hosts_text({h: host_keys[h][1] for h in hosts}),
-        ),
+        FileSpec(path=f"{CONFIG}/ssh/known_hosts", content=known_hosts),
         FileSpec(
             path=f"{CONFIG}/ssh/sshd_config",
             content=sshd_config_text(HOST_KEY_IN_KERNEL, ".ssh/authorized_keys"),
         ),
+        *work_home(plan, hosts, known_hosts),
+        FileSpec(path="/run/troupe", directory=True, mode=0o755),
+        FileSpec(path="/run/sshd", directory=True, mode=0o755),
+        FileSpec(path=f"{CONFIG}/resource.txt", content=resource_txt(plan)),
     ]
     mounts = [
         MountSpec(folder_id=folder_id, target=f"/home/work/{name}", readonly=ro)
@@ -83,6 +116,7 @@ def kernel_specs(
             *shared,
             FileSpec(path=f"{CONFIG}/kernel.conf", content=kernel_conf(plan, c.hostname)),
             FileSpec(path=f"{CONFIG}/ssh/host_ed25519_key", content=private, mode=0o600),
+            FileSpec(path=HOST_KEY_IN_KERNEL, content=private, mode=0o600),
             FileSpec(path=f"{CONFIG}/ssh/host_ed25519_key.pub", content=public + "\n"),
         ]
         command = (
@@ -98,18 +132,19 @@ def kernel_specs(
                 hostname=c.hostname,
                 image=plan.image,
                 network=plan.network,
-                env=c.env,
+                env={**c.env, GPUS_VAR: str(plan.gpu)},
                 cpu=plan.cpu,
                 mem=plan.mem,
                 command=command,
                 files=files,
                 mounts=mounts,
+                gpus=list((gpus or {}).get(c.hostname, [])),
             )
         )
     return specs
 
 
-def session_kernel_specs(s: Session) -> list[KernelSpec]:
+def session_kernel_specs(s: Session, ready_timeout: float = 300) -> list[KernelSpec]:
     """The kernel specs of a stored, placed session (its network already chosen)."""
     assert s.network is not None
     contracts = build_cluster(
@@ -128,11 +163,14 @@ def session_kernel_specs(s: Session) -> list[KernelSpec]:
         startup_command=s.startup_command,
         cpu=s.cpu,
         mem=s.mem,
+        gpu=s.gpu,
         uid=s.uid,
         gid=s.gid,
         ssh_private_key=s.ssh_private_key,
         ssh_public_key=s.ssh_public_key,
         mounts={m["folder"]: (m["folder_id"], bool(m["readonly"])) for m in s.mounts},
+        ready_timeout=max(1, int(ready_timeout)),
     )
     keys = {k.hostname: (k.host_private_key, k.host_public_key) for k in s.kernels}
-    return kernel_specs(plan, contracts, keys)
+    gpus = {k.hostname: [str(g) for g in k.gpus or []] for k in s.kernels}
+    return kernel_specs(plan, contracts, keys, gpus)

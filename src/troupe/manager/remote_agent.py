@@ -27,6 +27,7 @@ from troupe.api.agent import (
     KernelStarted,
     KernelState,
     NetworkSpec,
+    ReadyTimes,
 )
 from troupe.api.errors import AgentFailed, from_wire
 from troupe.api.exec import ExecItem
@@ -139,13 +140,14 @@ class RemoteAgent:
 
     async def wait_ready(
         self, containers: dict[str, str], hosts: list[str], timeout: float
-    ) -> None:
-        await self._call(
+    ) -> dict[str, ReadyTimes]:
+        data = await self._call(
             "POST",
             "/ready",
             timeout=timeout + 30,
             json={"containers": containers, "hosts": hosts, "timeout": timeout},
         )
+        return {str(h): {str(k): str(v) for k, v in t.items()} for h, t in (data or {}).items()}
 
     async def signal_go(self, container_id: str) -> None:
         await self._call("POST", "/go", json={"container_id": container_id})

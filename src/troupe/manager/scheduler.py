@@ -34,6 +34,8 @@ class AgentState:
     cpu_used: float = 0.0
     mem_used: int = 0
     gpu_used: int = 0
+    #: UUIDs of the GPUs no kernel holds, in index order (``gpu_free`` of them)
+    gpu_free_ids: tuple[str, ...] = ()
 
     @property
     def cpu_free(self) -> float:
@@ -202,6 +204,23 @@ class _Group:
         if len(self.by_cpu) > limit:
             lines.append(f"... and {len(self.by_cpu) - limit} more agents with less room")
         return lines
+
+
+def assign_gpus(
+    free: dict[str, list[str]], agent_ids: Sequence[str], per_kernel: int
+) -> list[list[str]]:
+    """Whole GPUs for each kernel placed on ``agent_ids`` (by rank): ``per_kernel`` distinct
+    devices each, taken (lowest index first) out of ``free`` (agent id -> free GPU UUIDs in
+    index order), which shrinks. :class:`ValueError` if an agent has too few (the scheduler
+    counted them, so it has not)."""
+    out: list[list[str]] = []
+    for agent_id in agent_ids:
+        pool = free.setdefault(agent_id, [])
+        if len(pool) < per_kernel:
+            raise ValueError(f"agent {agent_id}: {per_kernel} GPUs wanted, {len(pool)} free")
+        out.append(pool[:per_kernel])
+        del pool[:per_kernel]
+    return out
 
 
 def schedule(requests: Sequence[Request], agents: Sequence[AgentState]) -> Decision:

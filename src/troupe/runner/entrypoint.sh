@@ -3,22 +3,38 @@
 # at /opt/troupe, run as root under Docker's init. It prepares what every kernel of a cluster
 # session shares, then runs the command (batch main1) or idles, as user `work`:
 #   1. distributed-training variables (setup_dist_environ.sh, if present);
-#   2. user `work` with the session's uid/gid, home /home/work;
-#   3. SSH: the session key, pinned known_hosts, sshd on port 2200 (if the image has sshd);
+#   2. user `work` with the session's uid/gid (its home and SSH files, owned and with their
+#      modes, were put into the container before it started);
+#   3. sshd on port 2200 with the session's host key (if the image has sshd);
 #   4. the environment files that make the same variables visible to `exec` (exec.sh),
 #      login shells (/etc/profile.d) and SSH commands (~/.ssh/environment);
-#   5. /run/troupe/started, which the readiness check waits for.
+#   5. "troupe: started" on the kernel's output, and ready.sh in the background, which says
+#      "troupe: ready" once every peer is reachable; the agent reads both from the log.
+# Start-up speed matters (a session is RUNNING when its slowest kernel is ready, and a kernel
+# may have a small share of a core): shell builtins wherever they do, few processes.
 # Settings come from /home/config/kernel.conf, put into the container by the agent.
 set -u
-_troupe_dir=$(dirname "$0")
+_troupe_dir=${0%/*}
 _troupe_conf=/home/config
 _troupe_run=/run/troupe
 _troupe_uid=1000
 _troupe_gid=1000
 _troupe_wait_go=0
 _troupe_chown=""
+_troupe_ready_timeout=300
 if [ -f "$_troupe_conf/kernel.conf" ]; then . "$_troupe_conf/kernel.conf"; fi
-mkdir -p "$_troupe_run"
+[ -d "$_troupe_run" ] || mkdir -p "$_troupe_run"
+_troupe_root=0
+if [ "$(id -u)" = 0 ]; then _troupe_root=1; fi
+
+# Whether file $1 has a line starting with "$2:" (no grep: one process less).
+_troupe_has() {
+  [ -r "$1" ] || return 1
+  while IFS= read -r _troupe_line || [ -n "$_troupe_line" ]; do
+    case "$_troupe_line" in "$2":*) return 0 ;; esac
+  done < "$1"
+  return 1
+}
 
 # 1. Distributed-training variables.
 if [ -f "$_troupe_dir/setup_dist_environ.sh" ]; then
@@ -30,8 +46,11 @@ fi
 # 1b. With more than one interface (e.g. an overlay plus Docker's gateway bridge), tell gloo,
 #     NCCL and Open MPI which one is the session network: the one holding this kernel's
 #     address. A value the user set is kept.
-_troupe_nifs=$(ls /sys/class/net 2>/dev/null | grep -vc '^lo$')
-if [ "${BACKENDAI_CLUSTER_SIZE:-1}" != 1 ] && [ "${_troupe_nifs:-0}" -gt 1 ] \
+_troupe_nifs=0
+for _troupe_f in /sys/class/net/*; do
+  case "${_troupe_f##*/}" in lo | '*') ;; *) _troupe_nifs=$((_troupe_nifs + 1)) ;; esac
+done
+if [ "${BACKENDAI_CLUSTER_SIZE:-1}" != 1 ] && [ "$_troupe_nifs" -gt 1 ] \
     && command -v ip >/dev/null 2>&1; then
   _troupe_ip=$(getent hosts "${BACKENDAI_CLUSTER_HOST:-$(hostname)}" | awk '{print $1; exit}')
   _troupe_if=$(ip -o -4 addr show | awk -v ip="$_troupe_ip" \
@@ -44,39 +63,23 @@ if [ "${BACKENDAI_CLUSTER_SIZE:-1}" != 1 ] && [ "${_troupe_nifs:-0}" -gt 1 ] \
   fi
 fi
 
-# 2. User work.
+# 2. User work (appended like useradd -o would, without its locking and helpers).
 _troupe_shell=/bin/sh
 if [ -x /bin/bash ]; then _troupe_shell=/bin/bash; fi
-if [ "$(id -u)" = 0 ]; then
-  if ! grep -q '^work:' /etc/passwd; then
-    if command -v useradd >/dev/null 2>&1; then
-      grep -q '^work:' /etc/group || groupadd -o -g "$_troupe_gid" work
-      useradd -o -M -d /home/work -s "$_troupe_shell" -u "$_troupe_uid" -g "$_troupe_gid" -p '*' work
-    else
-      echo "work:x:$_troupe_uid:$_troupe_gid::/home/work:$_troupe_shell" >> /etc/passwd
-      grep -q '^work:' /etc/group || echo "work:x:$_troupe_gid:" >> /etc/group
-      if [ -f /etc/shadow ]; then echo 'work:*:19000:0:99999:7:::' >> /etc/shadow; fi
-    fi
+if [ "$_troupe_root" = 1 ]; then
+  _troupe_has /etc/group work || echo "work:x:$_troupe_gid:" >> /etc/group
+  if ! _troupe_has /etc/passwd work; then
+    echo "work:x:$_troupe_uid:$_troupe_gid::/home/work:$_troupe_shell" >> /etc/passwd
+    if [ -f /etc/shadow ]; then echo 'work:*:19000:0:99999:7:::' >> /etc/shadow; fi
   fi
-  mkdir -p /home/work
-  chown "$_troupe_uid:$_troupe_gid" /home/work
+  [ -d /home/work ] || { mkdir -p /home/work && chown "$_troupe_uid:$_troupe_gid" /home/work; }
   for _troupe_d in $_troupe_chown; do chown "$_troupe_uid:$_troupe_gid" "$_troupe_d"; done
 fi
 
-# 3. SSH.
-if [ -d "$_troupe_conf/ssh" ] && [ "$(id -u)" = 0 ]; then
-  mkdir -p /home/work/.ssh
-  for _troupe_f in id_cluster id_cluster.pub authorized_keys config known_hosts; do
-    cp "$_troupe_conf/ssh/$_troupe_f" "/home/work/.ssh/$_troupe_f"
-    chmod 600 "/home/work/.ssh/$_troupe_f"
-  done
-  chmod 700 /home/work/.ssh
-  chown -R "$_troupe_uid:$_troupe_gid" /home/work/.ssh
+# 3. SSH (the host key is in /etc/ssh, the user's files in ~/.ssh already).
+if [ -f "$_troupe_conf/ssh/sshd_config" ] && [ "$_troupe_root" = 1 ]; then
   if [ -x /usr/sbin/sshd ]; then
-    mkdir -p /etc/ssh /run/sshd
-    chmod 755 /run/sshd
-    cp "$_troupe_conf/ssh/host_ed25519_key" /etc/ssh/troupe_host_ed25519_key
-    chmod 600 /etc/ssh/troupe_host_ed25519_key
+    [ -d /run/sshd ] || mkdir -p /run/sshd
     if /usr/sbin/sshd -f "$_troupe_conf/ssh/sshd_config" -E /var/log/troupe-sshd.log; then
       : > "$_troupe_run/sshd"
     else
@@ -89,25 +92,38 @@ fi
 
 # 4. Environment files (written before the command starts, so every entry path sees the same).
 _troupe_skip='HOME|PWD|OLDPWD|SHLVL|USER|LOGNAME|SHELL|MAIL|TERM|_'
+_troupe_umask=$(umask)
+umask 022
 export -p | grep -Ev "^(export|declare -x) ($_troupe_skip)=" > "$_troupe_run/environ.sh"
-chmod 644 "$_troupe_run/environ.sh"
 if [ -d /etc/profile.d ] && [ -w /etc/profile.d ]; then
   echo '[ -r /run/troupe/environ.sh ] && . /run/troupe/environ.sh' > /etc/profile.d/zz-troupe.sh
 fi
-if [ -d /home/work/.ssh ]; then
+if [ -d /home/work/.ssh ] && [ "$_troupe_root" = 1 ]; then
+  umask 077
   env | grep -E '^[A-Za-z_][A-Za-z0-9_]*=' | grep -Ev "^($_troupe_skip)=" > /home/work/.ssh/environment
   chown "$_troupe_uid:$_troupe_gid" /home/work/.ssh/environment
-  chmod 600 /home/work/.ssh/environment
 fi
+umask "$_troupe_umask"
 : > "$_troupe_run/started"
+echo "troupe: started" >&2
 
-# 5. The command, as user work. A batch main1 waits until the session is ready.
+# 5. Readiness, in the background: every peer's name and sshd.
+_troupe_peers=""
+_troupe_ifs=$IFS
+IFS=,
+for _troupe_h in ${BACKENDAI_CLUSTER_HOSTS:-}; do
+  [ "$_troupe_h" = "${BACKENDAI_CLUSTER_HOST:-}" ] || _troupe_peers="$_troupe_peers $_troupe_h"
+done
+IFS=$_troupe_ifs
+"$_troupe_shell" "$_troupe_dir/ready.sh" "$_troupe_ready_timeout" $_troupe_peers >&2 &
+
+# 6. The command, as user work. A batch main1 waits until the session is ready.
 if [ "$_troupe_wait_go" = 1 ]; then
   while [ ! -e "$_troupe_run/go" ]; do sleep 0.05 2>/dev/null || sleep 1; done
 fi
 if [ $# -eq 0 ]; then set -- /bin/sh -c 'while :; do sleep 86400; done'; fi
 cd /home/work 2>/dev/null || cd /
-if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1; then
+if [ "$_troupe_root" = 1 ] && command -v setpriv >/dev/null 2>&1; then
   exec setpriv --reuid="$_troupe_uid" --regid="$_troupe_gid" --init-groups \
     env HOME=/home/work USER=work LOGNAME=work "$@"
 fi

@@ -1,39 +1,54 @@
 #!/bin/sh
-# Readiness check of one kernel, run by the agent through exec:
+# Readiness of one kernel, started in the background by entrypoint.sh once the kernel is set up:
 #   ready.sh TIMEOUT_SECONDS PEER...
-# Succeeds once this kernel's entrypoint finished, every peer's name resolves and, when this
-# image runs sshd, every peer's port 2200 accepts connections. On time-out it prints what was
-# still missing and exits 1. Short back-off polls, no fixed sleeps.
+# Prints "troupe: ready" on the kernel's output once every peer's name resolves and, when this
+# kernel runs sshd (then its peers, of the same image, do too), every peer's port 2200 accepts
+# connections. The agent reads that line from the container's log: no exec round trips. On
+# time-out it prints "troupe: not ready after Ns: waiting for ..." instead.
+# Under bash (used when the image has it) a check is a builtin redirection to /dev/tcp, which
+# also resolves the name: no process per peer and round. Peers found are not checked again.
 _timeout=$1
 shift
-_end=$(( $(date +%s) + _timeout ))
-_delay=0.02
-tcp_open() {
-  if [ -x /bin/bash ]; then
-    timeout 2 /bin/bash -c "exec 3<>/dev/tcp/$1/2200" 2>/dev/null
+_ssh=0
+[ -e /run/troupe/sshd ] && _ssh=1
+
+reachable() {
+  if [ "$_ssh" = 0 ]; then
+    getent hosts "$1" >/dev/null 2>&1
+  elif [ -n "${BASH_VERSION:-}" ]; then
+    { : 3<>"/dev/tcp/$1/2200"; } 2>/dev/null
   elif command -v python3 >/dev/null 2>&1; then
     python3 -c "import socket,sys; socket.create_connection((sys.argv[1], 2200), 2).close()" "$1" 2>/dev/null
   else
-    return 0
+    getent hosts "$1" >/dev/null 2>&1
   fi
 }
+
+now() {
+  if [ -n "${BASH_VERSION:-}" ]; then echo "$SECONDS"; else date +%s; fi
+}
+
+_end=$(( $(now) + _timeout ))
+_delay=0.01
+_missing="$*"
 while :; do
-  _missing=""
-  [ -e /run/troupe/started ] || _missing="entrypoint of this kernel"
+  _left=""
+  for _h in $_missing; do
+    reachable "$_h" || _left="$_left $_h"
+  done
+  _missing=$_left
   if [ -z "$_missing" ]; then
-    for _h in "$@"; do
-      if ! getent hosts "$_h" >/dev/null 2>&1; then
-        _missing="$_missing name:$_h"
-      elif [ -e /run/troupe/sshd ] && ! tcp_open "$_h"; then
-        _missing="$_missing ssh:$_h:2200"
-      fi
-    done
+    echo "troupe: ready"
+    exit 0
   fi
-  [ -z "$_missing" ] && exit 0
-  if [ "$(date +%s)" -ge "$_end" ]; then
-    echo "not ready after ${_timeout}s: waiting for$_missing"
+  if [ "$(now)" -ge "$_end" ]; then
+    _why=""
+    for _h in $_missing; do
+      if getent hosts "$_h" >/dev/null 2>&1; then _why="$_why ssh:$_h:2200"; else _why="$_why name:$_h"; fi
+    done
+    echo "troupe: not ready after ${_timeout}s: waiting for$_why"
     exit 1
   fi
   sleep "$_delay" 2>/dev/null || sleep 1
-  case $_delay in 0.02) _delay=0.05 ;; 0.05) _delay=0.1 ;; *) _delay=0.2 ;; esac
+  case $_delay in 0.01) _delay=0.02 ;; *) _delay=0.05 ;; esac
 done

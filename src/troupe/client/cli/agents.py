@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections import Counter
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.text import Text
 
 from troupe.client.cli.output import client, console, human_size, print_json, print_table
+
+if TYPE_CHECKING:
+    from troupe.api.models import AgentInfo
 
 app = typer.Typer(no_args_is_help=True, help="Agents (hosts that run kernels).")
 
@@ -17,7 +20,7 @@ app = typer.Typer(no_args_is_help=True, help="Agents (hosts that run kernels).")
 def list_(
     json_: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
 ) -> None:
-    """List agents with their free and total resources."""
+    """List agents with their free and total resources (and why an agent offers no GPUs)."""
     with client() as c:
         agents = c.list_agents()
     if json_:
@@ -32,7 +35,7 @@ def list_(
                 a.status,
                 f"{a.cpu_free:g}/{a.cpu:g}",
                 f"{human_size(a.mem_free)}/{human_size(a.mem)}",
-                f"{a.gpu_free}/{a.gpu}",
+                gpu_cell(a),
                 a.kernels,
                 "manager" if a.swarm_manager else "-",
                 f"{a.heartbeat_age:.0f}s ago" if a.heartbeat_age is not None else "-",
@@ -40,11 +43,27 @@ def list_(
             for a in agents
         ],
     )
+    from rich.text import Text
+
+    for a in agents:
+        if not a.gpu and a.gpu_reason:
+            console.print(Text(f"{a.name}: no GPUs: {a.gpu_reason}", style="dim"))
+
+
+def gpu_cell(a: AgentInfo) -> str:
+    """``free/total`` and the models, e.g. ``1/2 2x NVIDIA H100 80GB HBM3``."""
+    if not a.gpu:
+        return "0"
+    models = Counter(g.model or "GPU" for g in a.gpus)
+    kinds = ", ".join(f"{n}x {m}" if n > 1 else m for m, n in models.items())
+    return f"{a.gpu_free}/{a.gpu} {kinds}"
 
 
 @app.command()
 def remove(name: Annotated[str, typer.Argument(help="the agent's name")]) -> None:
     """Forget a LOST agent of another host (admins). An ALIVE one must be stopped first."""
+    from rich.text import Text
+
     with client() as c:
         c.remove_agent(name)
     console.print(Text(f"agent {name} removed"))

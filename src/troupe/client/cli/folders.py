@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.text import Text
 
 from troupe.client.cli.output import client, console, fmt_time, print_json, print_table
 
@@ -18,6 +17,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 @app.command()
 def create(name: FolderArg, json_: JsonOpt = False) -> None:
     """Create a data folder (mount it with `session create --mount NAME[:ro]`)."""
+    from rich.text import Text
+
     with client() as c:
         f = c.create_folder(name)
     if json_:
@@ -43,6 +44,8 @@ def list_(json_: JsonOpt = False) -> None:
 @app.command()
 def delete(name: FolderArg) -> None:
     """Delete a data folder and its files (not while a session mounts it)."""
+    from rich.text import Text
+
     with client() as c:
         c.delete_folder(name)
     console.print(Text(f"folder {name} deleted"))

@@ -1,4 +1,9 @@
-"""Shared CLI helpers: consoles, error exits, JSON output and tables."""
+"""Shared CLI helpers: consoles, error exits, JSON output and tables.
+
+The CLI starts fast because nothing heavy loads before a command needs it: Rich when something
+is printed, the SDK (httpx) when a request is made, pydantic models only where a command
+validates input or shows more than a table (``bench/cli.py`` times it).
+"""
 
 from __future__ import annotations
 
@@ -8,32 +13,46 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, cast
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
-from rich.text import Text
 
 from troupe.api.errors import TroupeError
-from troupe.api.models import format_size
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from troupe.client.sdk import Client
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
+
+class _LazyConsole:
+    """A Rich console made on first use (importing Rich costs more than most commands)."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=self._stderr, highlight=False, soft_wrap=True)
+        return getattr(self._console, name)
+
+
 #: Results (tables, fields) go to stdout.
-console = Console(highlight=False, soft_wrap=True)
+console = cast("Console", _LazyConsole())
 #: Errors and progress go to stderr, so that stdout stays clean for scripts.
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+err_console = cast("Console", _LazyConsole(stderr=True))
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Prints ``error: MESSAGE`` in red on stderr and exits with ``code``."""
+    from rich.text import Text
+
     err_console.print(Text("error: ", style="bold red") + Text(message, style="red"))
     raise typer.Exit(code)
 
@@ -67,7 +86,15 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
 @contextmanager
 def client() -> Iterator[Client]:
     """A :class:`Client` from the usual settings, closed at the end; API errors -> fail."""
-    from troupe.client.sdk import Client  # httpx and the models load on first use
+    if "httpx" not in sys.modules:
+        # httpx imports its own command line (click, Rich's progress, Pygments: about 0.1 s)
+        # when those are installed; this process never runs it, so it gets httpx's stand-in.
+        sys.modules["httpx._main"] = None  # type: ignore[assignment]
+        try:
+            import httpx  # noqa: F401
+        finally:
+            del sys.modules["httpx._main"]
+    from troupe.client.sdk import Client  # httpx loads on first use, models where needed
 
     with api_errors():
         c = Client()
@@ -95,6 +122,12 @@ def print_json(obj: Any) -> None:
 
 def print_table(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
     """A plain table on stdout: a bold header row, then one row per item."""
+    from rich import box
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, header_style="bold")
     for col in columns:
         table.add_column(col, no_wrap=True, overflow="fold")
@@ -109,6 +142,8 @@ def print_table(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Non
 
 def print_fields(pairs: Iterable[tuple[str, object]]) -> None:
     """``key: value`` lines, values aligned."""
+    from rich.text import Text
+
     items = [(k, cell_text(v)) for k, v in pairs]
     width = max((len(k) for k, _ in items), default=0) + 1
     for key, value in items:
@@ -134,6 +169,16 @@ def fmt_time(dt: datetime | None) -> str:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return dt.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_size(n: int) -> str:
+    """Bytes as ``256m``, ``2g`` when a whole number of a unit (else the bytes): the same as
+    :func:`troupe.api.models.format_size`, here so that tables need no pydantic (a unit test
+    holds the two together)."""
+    for unit, factor in (("g", 1024**3), ("m", 1024**2), ("k", 1024)):
+        if n >= factor and n % factor == 0:
+            return f"{n // factor}{unit}"
+    return str(n)
 
 
 def human_size(n: int) -> str:

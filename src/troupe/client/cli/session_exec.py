@@ -9,9 +9,8 @@ import threading
 from typing import Annotated
 
 import typer
-from rich.text import Text
 
-from troupe.api.models import ExecUser
+from troupe.client.cli.choices import ExecUser
 from troupe.client.cli.output import client, err_console, fail
 
 app = typer.Typer()
@@ -123,6 +122,8 @@ def run(name: NameArg, command: CommandArg, user: UserOpt = "work") -> None:
             t.join()
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    if errors:
+        from rich.text import Text
     for host, message in errors.items():
         err_console.print(Text(f"{host}: {message}", style="red"))
     worst = max([codes.get(h, 255 if h in errors else 0) for h in hosts], default=0)

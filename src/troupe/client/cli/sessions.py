@@ -5,42 +5,38 @@ use a running session's kernels (logs, exec, run, shell) are in
 from __future__ import annotations
 
 import time
+from datetime import datetime
+from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
-from rich.text import Text
 
-from troupe.api.models import (
-    Mount,
-    SessionCreate,
-    SessionInfo,
-    SessionStatus,
-    SessionType,
-    format_size,
-)
 from troupe.client.cli import session_exec
+from troupe.client.cli.choices import (
+    CREATE_DEFAULTS,
+    RESOURCE_DEFAULTS,
+    ClusterMode,
+    DistEnvMode,
+    SessionType,
+)
 from troupe.client.cli.output import (
     client,
     console,
     err_console,
     fail,
     fmt_time,
+    format_size,
     print_fields,
     print_json,
     print_table,
     short_id,
 )
-from troupe.client.cli.status_text import (
-    report_failure,
-    status_info_lines,
-    status_text,
-    validation_message,
-)
-from troupe.cluster import ClusterMode, DistEnvMode
+from troupe.client.cli.status_text import status_info_lines
 
 if TYPE_CHECKING:
     from rich.status import Status
+
+    from troupe.api.models import SessionInfo
 
 app = typer.Typer(no_args_is_help=True, help="Create and use cluster sessions.")
 
@@ -49,20 +45,29 @@ NameArg = session_exec.NameArg
 
 
 def _default(field: str) -> Any:
-    """What the server assumes for a field of :class:`SessionCreate` left out (help texts)."""
-    return SessionCreate.model_fields[field].get_default(call_default_factory=True)
+    """What the server assumes for a field of a new session left out (help texts)."""
+    return CREATE_DEFAULTS[field]
 
 
-_RESOURCES = _default("resources")
+def _value(choice: StrEnum | None) -> str | None:
+    return None if choice is None else choice.value
 
 
 def _progress(s: SessionInfo) -> None:
+    from rich.text import Text
+
+    from troupe.client.cli.status_text import status_text
+
     err_console.print(Text(f"{time.strftime('%H:%M:%S')} {status_text(s)}"))
 
 
 def _wait_started(info: SessionInfo, timeout: float) -> SessionInfo:
     """Long-polls status changes until the session runs (interactive) or ends (batch)."""
-    batch = info.type == SessionType.BATCH
+    from troupe.api.models import SessionStatus
+    from troupe.api.models import SessionType as Type
+    from troupe.client.cli.status_text import status_text
+
+    batch = info.type == Type.BATCH
 
     def done(s: SessionInfo) -> bool:
         return s.status.is_final or (not batch and s.status == SessionStatus.RUNNING)
@@ -135,18 +140,23 @@ def create(
     ] = None,
     cpu: Annotated[
         float | None,
-        typer.Option(help=f"cores per kernel (default {_RESOURCES.cpu:g})", show_default=False),
+        typer.Option(
+            help=f"cores per kernel (default {RESOURCE_DEFAULTS['cpu']:g})", show_default=False
+        ),
     ] = None,
     mem: Annotated[
         str | None,
         typer.Option(
-            help=f"memory per kernel, e.g. 512m, 2g (default {format_size(_RESOURCES.mem)})",
+            help="memory per kernel, e.g. 512m, 2g "
+            f"(default {format_size(RESOURCE_DEFAULTS['mem'])})",
             show_default=False,
         ),
     ] = None,
     gpu: Annotated[
         int | None,
-        typer.Option(help=f"GPUs per kernel (default {_RESOURCES.gpu})", show_default=False),
+        typer.Option(
+            help=f"GPUs per kernel (default {RESOURCE_DEFAULTS['gpu']})", show_default=False
+        ),
     ] = None,
     mount: Annotated[
         list[str] | None,
@@ -212,6 +222,13 @@ def create(
     json_: JsonOpt = False,
 ) -> None:
     """Create a session; with --wait, follow it until it runs (batch: until it ends)."""
+    from pydantic import ValidationError
+    from rich.text import Text
+
+    from troupe.api.models import Mount, SessionCreate, SessionStatus
+    from troupe.api.models import SessionType as Type
+    from troupe.client.cli.status_text import report_failure, validation_message
+
     environ: dict[str, str] = {}
     for item in env or []:
         key, sep, value = item.partition("=")
@@ -230,13 +247,13 @@ def create(
     resources = {k: v for k, v in (("cpu", cpu), ("mem", mem), ("gpu", gpu)) if v is not None}
     optional: dict[str, Any] = {
         "cluster_size": cluster_size,
-        "cluster_mode": cluster_mode,
+        "cluster_mode": _value(cluster_mode),
         "resources": resources,
         "mounts": mounts,
         "environ": environ,
-        "type": type_,
+        "type": _value(type_),
         "startup_command": startup_command,
-        "dist_env": dist_env,
+        "dist_env": _value(dist_env),
         "group": group,
         "priority": priority,
         "uid": uid,
@@ -262,7 +279,7 @@ def create(
     info = _wait_started(info, timeout)
     if json_:
         print_json(info)
-    if info.type == SessionType.BATCH:
+    if info.type == Type.BATCH:
         if info.status == SessionStatus.TERMINATED and info.exit_code is not None:
             if not json_:
                 console.print(Text(f"session {info.name}: finished, exit code {info.exit_code}"))
@@ -284,24 +301,26 @@ def list_(
 ) -> None:
     """List your sessions (active ones; --all for finished too)."""
     with client() as c:
-        sessions = c.list_sessions(all=all_)
+        sessions = c.list_sessions_data(all=all_)  # the table needs no models
     if json_:
-        print_json(sessions)
+        from troupe.api.models import SessionInfo
+
+        print_json([SessionInfo.model_validate(s) for s in sessions])
         return
     print_table(
         ["NAME", "STATUS", "TYPE", "IMAGE", "SIZE", "MODE", "CPU", "MEM", "CREATED", "ID"],
         [
             [
-                s.name,
-                s.status.value,
-                s.type.value,
-                s.image,
-                s.cluster_size,
-                s.cluster_mode.value,
-                s.resources.cpu,
-                format_size(s.resources.mem),
-                fmt_time(s.created_at),
-                short_id(s.id, 8),
+                s["name"],
+                s["status"],
+                s["type"],
+                s["image"],
+                int(s["cluster_size"]),
+                s["cluster_mode"],
+                float(s["resources"]["cpu"]),
+                format_size(int(s["resources"]["mem"])),
+                fmt_time(datetime.fromisoformat(s["created_at"])),
+                short_id(s["id"], 8),
             ]
             for s in sessions
         ],
@@ -311,6 +330,8 @@ def list_(
 @app.command()
 def info(name: NameArg, json_: JsonOpt = False) -> None:
     """Show a session, its kernels and why it waits or failed."""
+    from rich.text import Text
+
     with client() as c:
         s = c.get_session(name)
     if json_:
@@ -374,6 +395,8 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
 @app.command()
 def destroy(name: NameArg, json_: JsonOpt = False) -> None:
     """Destroy a session: stop its kernels (logs are kept) and remove its network."""
+    from rich.text import Text
+
     with client() as c:
         s = c.destroy_session(name)
     if json_:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-from rich.text import Text
-
-from troupe.api.models import SessionInfo, SessionStatus
 from troupe.client.cli.output import err_console
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from troupe.api.models import SessionInfo
 
 
 def validation_message(e: ValidationError, prefix: str = "") -> str:
@@ -49,6 +50,8 @@ def status_info_lines(info: dict[str, Any]) -> list[str]:
 
 def status_text(s: SessionInfo) -> str:
     """``session NAME: STATUS``, with why it waits while PENDING."""
+    from troupe.api.models import SessionStatus
+
     text = f"session {s.name}: {s.status.value}"
     pending = s.status_info.get("pending")
     if s.status == SessionStatus.PENDING and isinstance(pending, dict) and pending:
@@ -64,6 +67,8 @@ def status_text(s: SessionInfo) -> str:
 
 def report_failure(s: SessionInfo) -> None:
     """``error: session 'NAME' is STATUS: reason`` and the rest of ``status_info``, on stderr."""
+    from rich.text import Text
+
     reason = s.status_info.get("reason")
     head = f"session {s.name!r} is {s.status.value}" + (f": {reason}" if reason else "")
     err_console.print(Text("error: ", style="bold red") + Text(head, style="red"))

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.text import Text
 
-from troupe.api.models import UserInfo
 from troupe.client.cli.output import (
     client,
     console,
@@ -23,6 +21,9 @@ from troupe.client.cli.output import (
     print_table,
 )
 
+if TYPE_CHECKING:
+    from troupe.api.models import UserInfo
+
 app = typer.Typer(no_args_is_help=True, help="Users, API keys and limits.")
 
 NameArg = Annotated[str, typer.Argument(help="user name", show_default=False)]
@@ -34,6 +35,8 @@ LIMIT_KEYS = ("sessions", "kernels", "cpu", "mem", "gpu", "streams", "max_priori
 
 
 def _print_key(user: UserInfo, quiet: bool, json_: bool, done: str) -> None:
+    from rich.text import Text
+
     key = user.api_key or ""
     if json_:
         print_json(user)
@@ -195,6 +198,8 @@ def limits(
 @app.command()
 def revoke(name: NameArg, json_: JsonOpt = False) -> None:
     """Revoke a user's API key: it stops working at once (`troupe user rotate` gives a new one)."""
+    from rich.text import Text
+
     with client() as c:
         u = c.revoke_user(name)
     if json_:
@@ -212,6 +217,8 @@ def rotate(
     json_: JsonOpt = False,
 ) -> None:
     """Give a user (or yourself) a new API key, shown once; the old one stops working."""
+    from rich.text import Text
+
     with client() as c:
         user = c.rotate_key(name)
     _print_key(user, quiet, json_, f"user {user.name}: new API key (the old one no longer works)")
@@ -229,6 +236,8 @@ def rotate(
 def delete(name: NameArg) -> None:
     """Delete a user without active sessions: their key stops working, their folders are
     deleted with their files, and their name may be given to a new user."""
+    from rich.text import Text
+
     with client() as c:
         c.delete_user(name)
     console.print(Text(f"user {name} deleted"))

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from troupe.api.lifecycle import KernelStatus, SessionStatus, transition, utcnow
 from troupe.manager.life.context import Life
 from troupe.manager.life.teardown import wipe_keys
-from troupe.manager.scheduler import Request, schedule
+from troupe.manager.scheduler import Request, assign_gpus, schedule
 from troupe.manager.store.models import Session
 from troupe.manager.store.unit import changes_of
 
@@ -54,6 +54,7 @@ async def place_pending(life: Life) -> Pass:
             if s.max_pending_seconds:
                 due = s.max_pending_seconds - waited + 0.05
                 result.next_due = due if result.next_due is None else min(result.next_due, due)
+        agents = await life.fleet.states(db)
         decision = schedule(
             [
                 Request(
@@ -69,12 +70,15 @@ async def place_pending(life: Life) -> Pass:
                 )
                 for s in live
             ],
-            await life.fleet.states(db),
+            agents,
         )
+        free_gpus = {a.id: list(a.gpu_free_ids) for a in agents}
         for s in live:
             if s.id in decision.placements:
-                for k, agent_id in zip(s.kernels, decision.placements[s.id], strict=True):
-                    k.agent_id = agent_id
+                placed = decision.placements[s.id]
+                gpus = assign_gpus(free_gpus, placed, s.gpu)
+                for k, agent_id, devices in zip(s.kernels, placed, gpus, strict=True):
+                    k.agent_id, k.gpus = agent_id, devices
                 s.status_info = {}
                 transition(s, SessionStatus.SCHEDULED, changes, now)
                 result.placed.append(s.id)

@@ -22,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from troupe.api.agent import KernelSpec, NetworkSpec
+from troupe.api.agent import KernelSpec, NetworkSpec, ReadyTimes
 from troupe.api.aio import gather_all
 from troupe.api.errors import AgentFailed, TroupeError
 from troupe.api.lifecycle import (
@@ -30,7 +30,9 @@ from troupe.api.lifecycle import (
     AgentStatus,
     KernelStatus,
     SessionStatus,
+    mark,
     transition,
+    utcnow,
 )
 from troupe.api.models import SessionType
 from troupe.manager.events import KernelExited
@@ -81,6 +83,14 @@ class Plan:
     #: kernel id -> (hostname, agent id), by rank
     kernels: dict[str, tuple[str, str]]
     batch: bool
+    #: event-loop time by which the session must be RUNNING
+    deadline: float = 0.0
+    #: when the network was made (ISO time: the session's ``network`` phase)
+    network_at: str = ""
+
+    def left(self) -> float:
+        """Seconds left until the deadline, less a second for reporting."""
+        return max(1.0, self.deadline - asyncio.get_running_loop().time() - 1)
 
     @property
     def agents(self) -> list[str]:
@@ -91,17 +101,18 @@ async def prepare(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] |
     """Runs the steps; returns None once RUNNING (or no longer ours), else why it failed."""
     step = "starting"
     try:
-        async with asyncio.timeout(life.config.create_timeout):
+        async with asyncio.timeout(life.config.create_timeout) as limit:
             step = "creating the network"
             plan = await _begin(life, session_id)
             if plan is None:
                 return None
+            plan.deadline = limit.when() or 0.0
             await _create_network(life, session_id, plan)
             step = "creating kernels"
             containers = await _create_kernels(life, session_id, plan, inbox)
             step = "waiting until every kernel reaches every other"
-            await _wait_ready(life, plan, containers, inbox)
-            if not await _running(life, session_id):
+            times = await _wait_ready(life, plan, containers, inbox)
+            if not await _running(life, session_id, times):
                 return None
             if plan.batch:
                 step = "starting the batch command"
@@ -192,6 +203,7 @@ async def _create_network(life: Life, session_id: str, plan: Plan) -> None:
             raise AgentFailed("could not claim a free subnet")
         try:
             await settled(life.fleet[plan.creator].create_network(plan.network))
+            plan.network_at = utcnow().isoformat()
             return
         except AgentFailed as e:
             if "overlap" not in str(e).lower():
@@ -216,7 +228,7 @@ async def settled(call: Awaitable[T]) -> T:
 async def _create_kernels(life: Life, session_id: str, plan: Plan, inbox: Inbox) -> dict[str, str]:
     """Creates and starts every kernel on its agent; returns hostname -> container id."""
     async with life.store() as db:
-        specs = session_kernel_specs(await load(db, session_id))
+        specs = session_kernel_specs(await load(db, session_id), ready_timeout=plan.left())
     by_agent: dict[str, list[KernelSpec]] = defaultdict(list)
     for spec in specs:
         by_agent[plan.kernels[spec.kernel_id][1]].append(spec)
@@ -231,23 +243,28 @@ async def _create_kernels(life: Life, session_id: str, plan: Plan, inbox: Inbox)
         if s.status != S.PREPARING:
             raise Abandoned
         changes = changes_of(db)
+        mark(s, {"network": plan.network_at})
         for k in s.kernels:
-            k.container_id, k.ip = started[k.id].container_id, started[k.id].ip
+            one = started[k.id]
+            k.container_id, k.ip = one.container_id, one.ip
+            mark(k, {"created": one.created_at, "started": one.started_at})
             transition(k, K.RUNNING, changes)
         return {k.hostname: k.container_id or "" for k in s.kernels}
 
     return await life.store.write(record)
 
 
-async def _wait_ready(life: Life, plan: Plan, containers: dict[str, str], inbox: Inbox) -> None:
-    """The readiness barrier on every agent at once; a kernel exit ends it at once."""
+async def _wait_ready(
+    life: Life, plan: Plan, containers: dict[str, str], inbox: Inbox
+) -> dict[str, ReadyTimes]:
+    """The readiness barrier on every agent at once; a kernel exit ends it at once. Returns
+    each kernel's phase times (hostname -> phase -> ISO time)."""
     hosts = [h for h, _ in plan.kernels.values()]
     by_agent: dict[str, dict[str, str]] = defaultdict(dict)
     for host, agent_id in plan.kernels.values():
         by_agent[agent_id][host] = containers[host]
-    remaining = max(1.0, life.config.create_timeout - 1)
     ready = asyncio.ensure_future(
-        gather_all(life.fleet[a].wait_ready(c, hosts, remaining) for a, c in by_agent.items())
+        gather_all(life.fleet[a].wait_ready(c, hosts, plan.left()) for a, c in by_agent.items())
     )
     try:
         while not ready.done():
@@ -258,18 +275,20 @@ async def _wait_ready(life: Life, plan: Plan, containers: dict[str, str], inbox:
                 exited.cancel()
             inbox.arrived.clear()
             _raise_exits(plan, inbox)
-        await ready
+        return {h: t for per_agent in await ready for h, t in per_agent.items()}
     finally:
         ready.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await ready
 
 
-async def _running(life: Life, session_id: str) -> bool:
+async def _running(life: Life, session_id: str, times: dict[str, ReadyTimes]) -> bool:
     async def step(db: AsyncSession) -> bool:
         s = await load(db, session_id)
         if s.status != S.PREPARING:
             return False
+        for k in s.kernels:
+            mark(k, times.get(k.hostname, {}))
         transition(s, S.RUNNING, changes_of(db))
         return True
 

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from troupe import __version__
 from troupe.api.errors import TroupeError
 from troupe.api.lifecycle import SESSION_HAS_KERNELS
-from troupe.api.models import AgentInfo, ImageInfo
+from troupe.api.models import AgentInfo, GpuInfo, ImageInfo
 from troupe.manager.deps import DB, AdminUser, CurrentUser, RegistryDep
 from troupe.manager.store.models import Agent, Kernel, Session
 
@@ -54,6 +54,8 @@ async def list_agents(db: DB, _: CurrentUser, registry: RegistryDep) -> list[Age
                 kernels=counts.get(a.id, 0),
                 swarm_manager=a.swarm_manager,
                 heartbeat_age=(now - hb).total_seconds() if hb else None,
+                gpus=[GpuInfo.model_validate(g) for g in a.gpus or []],
+                gpu_reason=a.gpu_reason,
             )
         )
     return out

@@ -13,10 +13,12 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request, WebSocket
+from fastapi import APIRouter, Query, Request, Response, WebSocket
 from fastapi.responses import StreamingResponse
-from sqlalchemy import case, select
+from sqlalchemy import bindparam, case, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import joinedload
+from sqlalchemy.sql.elements import BindParameter
 
 from troupe.api import exec as wire_exec
 from troupe.api.errors import NotFound, TroupeError
@@ -31,6 +33,13 @@ from troupe.manager.store.models import Session, User
 from troupe.manager.streams import SlotResponse, streams_of, unless_disconnected
 
 router = APIRouter(tags=["sessions"])
+#: Sessions in one answer of ``GET /v1/sessions`` unless ``limit`` says, and the most it may.
+LIST_LIMIT, LIST_MAX = 100, 1000
+#: ``status IN (...)`` written out as the text of the partial indexes on active sessions, so
+#: that the planner uses them (SQLite matches an index's WHERE against literal terms only).
+ACTIVE: BindParameter[list[str]] = bindparam(
+    "active", sorted(SESSION_ACTIVE), expanding=True, literal_execute=True
+)
 
 
 async def find_session(db: AsyncSession, user: User, ref: str) -> Session:
@@ -39,13 +48,22 @@ async def find_session(db: AsyncSession, user: User, ref: str) -> Session:
     A name means the active session of that name, else the newest finished one, so logs of a
     destroyed session stay reachable by name.
     """
-    q = select(Session).where((Session.id == ref) | (Session.name == ref))
-    if not user.admin:
-        q = q.where(Session.owner_id == user.id)
+    by_id, by_name = Session.id == ref, Session.name == ref
+    if not user.admin:  # in each branch, so that each is one index lookup (id, name)
+        by_id, by_name = (
+            by_id & (Session.owner_id == user.id),
+            by_name & (Session.owner_id == user.id),
+        )
     active = case((Session.status.in_(SESSION_ACTIVE), 0), else_=1)
     mine = case((Session.owner_id == user.id, 0), else_=1)
-    q = q.order_by(mine, active, Session.created_at.desc()).limit(1)
-    s = (await db.execute(q)).scalar_one_or_none()
+    q = (
+        select(Session)
+        .where(by_id | by_name)
+        .order_by(mine, active, Session.created_at.desc())
+        .limit(1)
+        .options(joinedload(Session.owner), joinedload(Session.kernels))  # one query
+    )
+    s = (await db.execute(q)).unique().scalar_one_or_none()
     if s is None:
         raise NotFound.of("session", ref)
     return s
@@ -65,16 +83,42 @@ async def create_session(
 
 @router.get("/sessions", response_model=list[SessionInfo])
 async def list_sessions(
+    request: Request,
+    response: Response,
     db: DB,
     user: CurrentUser,
     all: Annotated[bool, Query(description="include finished sessions")] = False,
+    limit: Annotated[
+        int, Query(ge=1, le=LIST_MAX, description="sessions in one page")
+    ] = LIST_LIMIT,
+    before: Annotated[
+        str | None, Query(max_length=64, description="a session's id: the page before it")
+    ] = None,
 ) -> list[SessionInfo]:
-    q = select(Session).order_by(Session.created_at)
+    """The newest ``limit`` sessions (the user's, every user's for admins; active ones unless
+    ``all``), oldest first. When older ones remain, a ``Link: <...>; rel="next"`` header gives
+    the next page: the same query with ``before`` the first session's id."""
+    q = select(Session).options(joinedload(Session.owner))
     if not user.admin:
         q = q.where(Session.owner_id == user.id)
     if not all:
-        q = q.where(Session.status.in_(SESSION_ACTIVE))
-    return [session_info(s) for s in (await db.execute(q)).scalars()]
+        q = q.where(Session.status.in_(ACTIVE))
+    if before is not None:
+        mark = select(Session.created_at, Session.id).where(Session.id == before)
+        if not user.admin:
+            mark = mark.where(Session.owner_id == user.id)
+        row = (await db.execute(mark)).one_or_none()
+        if row is None:
+            raise NotFound.of("session", before)
+        mark_at = literal(row.created_at, Session.created_at.type)
+        q = q.where(tuple_(Session.created_at, Session.id) < tuple_(mark_at, row.id))
+    q = q.order_by(Session.created_at.desc(), Session.id.desc()).limit(limit + 1)
+    page = list((await db.execute(q)).scalars())
+    if len(page) > limit:
+        page = page[:limit]
+        after = request.url.include_query_params(before=page[-1].id)
+        response.headers["Link"] = f'<{after.path}?{after.query}>; rel="next"'
+    return [session_info(s) for s in reversed(page)]
 
 
 @router.get("/sessions/{ref}", response_model=SessionInfo)

@@ -2,11 +2,44 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
+
 from troupe.api.models import KernelInfo, Mount, Resources, SessionInfo
 from troupe.manager.store.models import Session
 
+#: Phases of a kernel's start-up, in order (stamped in its timeline).
+KERNEL_PHASES = ("created", "started", "entrypoint", "ready")
+
+
+def _since(t0: datetime, timeline: Mapping[str, str], keys: Mapping[str, str]) -> dict[str, float]:
+    """Seconds from ``t0`` to each phase (``keys``: phase -> timeline key) that ``timeline``
+    has (ms precision; bad stamps skipped)."""
+    out = {}
+    for phase, key in keys.items():
+        if at := timeline.get(key):
+            try:
+                out[phase] = round((datetime.fromisoformat(at) - t0).total_seconds(), 3)
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def phases(s: Session) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """The session's start-up phases and each kernel's, as seconds after creation: what the
+    benchmarks and the web UI show. The session's kernel phases are the slowest kernel's."""
+    t0 = s.created_at
+    kernels = [_since(t0, k.timeline, {p: p for p in KERNEL_PHASES}) for k in s.kernels]
+    session = _since(t0, s.timeline, {"scheduled": "SCHEDULED", "network": "network"})
+    for phase in KERNEL_PHASES[:-1]:
+        if kernels and all(phase in k for k in kernels):
+            session[phase] = max(k[phase] for k in kernels)
+    session.update(_since(t0, s.timeline, {"ready": "RUNNING"}))
+    return session, kernels
+
 
 def session_info(s: Session) -> SessionInfo:
+    session_phases, kernel_phases = phases(s)
     return SessionInfo(
         id=s.id,
         name=s.name,
@@ -32,6 +65,7 @@ def session_info(s: Session) -> SessionInfo:
         started_at=s.started_at,
         terminated_at=s.terminated_at,
         timeline=s.timeline,
+        phases=session_phases,
         kernels=[
             KernelInfo(
                 id=k.id,
@@ -46,7 +80,9 @@ def session_info(s: Session) -> SessionInfo:
                 exit_code=k.exit_code,
                 oom_killed=k.oom_killed,
                 timeline=k.timeline,
+                phases=p,
+                gpus=list(k.gpus or []),
             )
-            for k in s.kernels
+            for k, p in zip(s.kernels, kernel_phases, strict=True)
         ],
     )

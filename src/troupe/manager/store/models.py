@@ -113,6 +113,10 @@ class Agent(Base):
     cpu: Mapped[float] = mapped_column(Float)
     mem: Mapped[int] = mapped_column(BigInteger)
     gpu: Mapped[int] = mapped_column(Integer, default=0)
+    #: the GPUs offered, as reported: [{index, uuid, model, memory}] (``gpu`` is their count)
+    gpus: Mapped[list[Any]] = mapped_column(default=list)
+    #: why the agent offers no GPUs ("" when it offers some)
+    gpu_reason: Mapped[str] = mapped_column(Text, default="")
     swarm_manager: Mapped[bool] = mapped_column(Boolean, default=False)
     data_marker: Mapped[str] = mapped_column(String(64), default="")
     underlay_mtu: Mapped[int] = mapped_column(Integer, default=0)
@@ -197,6 +201,17 @@ class Session(Base):
             sqlite_where=text(ALLOCATED_SQL),
             postgresql_where=text(ALLOCATED_SQL),
         ),
+        # Pages of GET /v1/sessions (newest first; id breaks ties): every user's, one user's.
+        Index("ix_sessions_created", "created_at", "id"),
+        Index("ix_sessions_owner_created", "owner_id", "created_at", "id"),
+        Index(
+            "ix_sessions_active_owner_created",
+            "owner_id",
+            "created_at",
+            "id",
+            sqlite_where=text(ACTIVE_SQL),
+            postgresql_where=text(ACTIVE_SQL),
+        ),
     )
 
 
@@ -215,6 +230,8 @@ class Kernel(Base):
     timeline: Mapped[dict[str, Any]] = mapped_column(default=dict)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     oom_killed: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: UUIDs of the GPUs given to this kernel on its agent (chosen when the session is placed)
+    gpus: Mapped[list[Any]] = mapped_column(default=list)
     host_public_key: Mapped[str] = mapped_column(Text)
     #: The kernel's sshd host key; stays in the database so a restarted kernel keeps it.
     host_private_key: Mapped[str] = mapped_column(Text)

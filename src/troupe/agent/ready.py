@@ -1,0 +1,61 @@
+"""Readiness of a session's kernels, read from their output instead of asked by exec.
+
+Each kernel's entrypoint says ``troupe: started`` once it set the kernel up and runs
+``ready.sh`` in the background, which says ``troupe: ready`` once every peer is reachable (or
+``troupe: not ready after ...`` with what is missing). The agent follows each container's log
+for those lines: one stream per kernel, opened once, and the engine's timestamps of the lines
+are the kernel's start-up phases. Exec round trips (a process in the kernel, polled with
+back-off) took most of a session's start-up before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+import aiodocker
+
+from troupe.agent.logs import READY, STARTED, follow_lines
+from troupe.api.agent import ReadyTimes
+from troupe.api.aio import gather_all
+from troupe.api.errors import AgentFailed
+
+NOT_READY = "troupe: not ready"
+
+
+def engine_time(ts: str) -> str:
+    """The engine's RFC 3339 time (nanoseconds, ``Z``) as ISO 8601 with microseconds."""
+    head, _, frac = ts.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00").isoformat()
+
+
+async def kernel_ready(
+    docker: aiodocker.Docker, host: str, container_id: str, timeout: float
+) -> ReadyTimes:
+    """Follows one kernel's log until it says it is ready; its phase times."""
+    times: ReadyTimes = {}
+    try:
+        async with asyncio.timeout(timeout):
+            async for line in follow_lines(docker, container_id):
+                ts, _, text = line.partition(" ")
+                text = text.rstrip("\n")
+                if text == STARTED:
+                    times["entrypoint"] = engine_time(ts)
+                elif text == READY:
+                    times["ready"] = engine_time(ts)
+                    return times
+                elif text.startswith(NOT_READY):
+                    raise AgentFailed(text.removeprefix("troupe: "), kernel=host)
+    except TimeoutError:
+        said = "set up, but no readiness report" if times else "no start-up report"
+        raise AgentFailed(f"{said} after {timeout:g}s", kernel=host) from None
+    raise AgentFailed("stopped before it was ready", kernel=host)
+
+
+async def wait_ready(
+    docker: aiodocker.Docker, containers: dict[str, str], timeout: float
+) -> dict[str, ReadyTimes]:
+    """Every kernel's phase times, once all are ready; the first failure otherwise."""
+    hosts = list(containers)
+    times = await gather_all(kernel_ready(docker, h, containers[h], timeout) for h in hosts)
+    return dict(zip(hosts, times, strict=True))
