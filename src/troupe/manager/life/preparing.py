@@ -170,9 +170,14 @@ async def _begin(life: Life, session_id: str) -> Plan | None:
 
 async def _create_network(life: Life, session_id: str, plan: Plan) -> None:
     """Picks a free subnet (the database's unique index settles races) and creates it."""
+    # One engine: its own refusal ("overlaps") says when a subnet is taken, so it is not asked
+    # first (a round trip on every start). Several: an overlay must also miss the subnets of
+    # the other hosts' networks, which their engines do not check: ask them all, at once.
+    hosts = list(dict.fromkeys([*plan.agents, plan.creator]))
     used: list[str] = []
-    for agent_id in dict.fromkeys([*plan.agents, plan.creator]):
-        used += await life.fleet[agent_id].used_subnets()
+    if len(hosts) > 1:
+        per_host = await gather_all(life.fleet[a].used_subnets() for a in hosts)
+        used = [subnet for subnets in per_host for subnet in subnets]
 
     async def claim(db: AsyncSession) -> str:
         rows = await db.execute(
