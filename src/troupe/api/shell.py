@@ -33,10 +33,12 @@ async def serve_shell(ws: WebSocket, sh: Shell) -> None:
             msg = await ws.receive()
             if msg["type"] == "websocket.disconnect":
                 return
-            if msg.get("bytes"):
-                await sh.write(msg["bytes"])
-            elif msg.get("text"):
-                with contextlib.suppress(ValueError, KeyError, TypeError):
+            # Input for a shell that is ending (its last Ctrl-D, a resize) may fail to arrive:
+            # that must not end the bridge before pump_out has sent the exit code.
+            with contextlib.suppress(Exception):
+                if msg.get("bytes"):
+                    await sh.write(msg["bytes"])
+                elif msg.get("text"):
                     rows, cols = json.loads(msg["text"])["resize"]
                     await sh.resize(int(rows), int(cols))
 
