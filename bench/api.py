@@ -20,12 +20,9 @@ Prints figures and writes ``bench/results/api.json``; passes or fails nothing. U
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import common
 import httpx
 from sqlalchemy import create_engine, func, insert, select
 
@@ -74,62 +72,10 @@ class Server:
         return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start(tmp: Path) -> Server:
-    port = free_port()
-    env = {**os.environ, "TROUPE_CONFIG_DIR": str(tmp / "config")}
-    log = open(tmp / "server.log", "ab")  # noqa: SIM115 (kept open by the child)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "troupe",
-            "server",
-            "--no-local-agent",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(tmp / "data"),
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    log.close()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"troupe server exited:\n{(tmp / 'server.log').read_text()}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
-                break
-        time.sleep(0.1)
-    else:
-        stop_proc(proc)
-        raise RuntimeError("troupe server did not answer")
-    key = json.loads((tmp / "config" / "credentials.json").read_text())["api_key"]
-    return Server(proc, url, key)
-
-
-def stop_proc(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """The server on the data in ``tmp`` (started again after each fill), without Docker."""
+    s = common.start_server("--no-local-agent", "--log-level", "warning", tmp=tmp)
+    return Server(s.proc, s.url, s.key)
 
 
 # -- filling the database ------------------------------------------------------------------
@@ -369,7 +315,7 @@ def main() -> None:
             time.sleep(1)
             result["memory_idle_empty_mib"] = server.memory()
         finally:
-            stop_proc(server.proc)
+            common.stop_process(server.proc)
 
         for n, key in ((args.sessions, "latency"), (args.big, "big")):
             t0 = time.perf_counter()
@@ -382,7 +328,7 @@ def main() -> None:
                 rows = measure(server, db, args.requests)
                 after = server.memory()
             finally:
-                stop_proc(server.proc)
+                common.stop_process(server.proc)
             result[key] = {
                 "stored_sessions": n,
                 "fill_seconds": round(filled, 1),

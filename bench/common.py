@@ -186,14 +186,19 @@ class TroupeServer:
         )
 
 
-def start_server(*extra: str, host: str = "127.0.0.1", subnet_pool: str) -> TroupeServer:
-    """Starts ``troupe server`` like the tests do (tests/conftest.py): free port, own dirs."""
-    tmp = Path(tempfile.mkdtemp(prefix=PREFIX))
+def start_server(
+    *extra: str, host: str = "127.0.0.1", subnet_pool: str | None = None, tmp: Path | None = None
+) -> TroupeServer:
+    """Starts ``troupe server`` like the tests do (tests/conftest.py): free port, own dirs
+    (in ``tmp``, e.g. to start again on the same data; default: a new temporary one)."""
+    tmp = tmp or Path(tempfile.mkdtemp(prefix=PREFIX))
     port = free_port(host)
     cfg = tmp / "config"
     env = {**os.environ, "TROUPE_CONFIG_DIR": str(cfg)}
     argv = [sys.executable, "-m", "troupe", "server", "--host", host, "--port", str(port)]
-    argv += ["--data-dir", str(tmp / "data"), "--subnet-pool", subnet_pool, *extra]
+    argv += ["--data-dir", str(tmp / "data"), *extra]
+    if subnet_pool:
+        argv += ["--subnet-pool", subnet_pool]
     with open(tmp / "server.log", "ab") as log:
         proc = subprocess.Popen(
             argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

@@ -97,31 +97,30 @@ class Server:
         )
 
 
-def start_server(tmp: Path, *extra: str, host: str = "127.0.0.1") -> Server:
-    port = free_port()
+def start_server(
+    tmp: Path,
+    *extra: str,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    pool: str = TEST_SUBNET_POOL,
+    mem: str = "8g",
+    docker_host: str | None = None,
+) -> Server:
+    """``troupe server`` with its data and config in ``tmp``, once it answers. ``port``: a
+    restarted manager keeps its address; ``pool``: its session subnets; ``docker_host``:
+    the engine of its local agent."""
+    port = port or free_port()
     data, cfg = tmp / "data", tmp / "config"
     log_path = tmp / "server.log"
     env = {**os.environ, "TROUPE_CONFIG_DIR": str(cfg)}
+    if docker_host:
+        env["DOCKER_HOST"] = docker_host
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "troupe",
-                "server",
-                "--host",
-                host,
-                "--port",
-                str(port),
-                "--data-dir",
-                str(data),
-                "--subnet-pool",
-                TEST_SUBNET_POOL,
-                "--cpu",
-                "2",
-                "--mem",
-                "8g",
-                *extra,
+                *(sys.executable, "-m", "troupe", "server", "--host", host),
+                *("--port", str(port), "--data-dir", str(data), "--subnet-pool", pool),
+                *("--cpu", "2", "--mem", mem, *extra),
             ],
             env=env,
             stdout=log,
@@ -144,6 +143,29 @@ def start_server(tmp: Path, *extra: str, host: str = "127.0.0.1") -> Server:
         raise RuntimeError(f"troupe server did not answer:\n{log_path.read_text()}")
     key = json.loads((cfg / "credentials.json").read_text())["api_key"]
     return Server(url, key, data, cfg, proc, log_path)
+
+
+def start_agent(
+    server: Server,
+    name: str,
+    port: int,
+    log: Path,
+    *extra: str,
+    token: str,
+    cpu: str = "2",
+    docker_host: str | None = None,
+) -> subprocess.Popen[bytes]:
+    """``troupe agent`` for ``server`` on 127.0.0.1:``port``, sharing its data root,
+    heartbeating every 0.5 s; ``extra``: more options."""
+    args = [
+        *(sys.executable, "-m", "troupe", "agent", "--manager", server.url, "--token", token),
+        *("--listen", f"127.0.0.1:{port}", "--name", name, "--cpu", cpu, "--mem", "2g"),
+        *("--data-root", str(server.data_dir), "--heartbeat", "0.5", *extra),
+    ]
+    if docker_host:
+        args += ["--docker-host", docker_host]
+    with open(log, "ab") as out:
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def stop_server(server: Server) -> None:

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import os
 import random
 import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -27,7 +25,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-import httpx
 import pytest
 
 from tests.conftest import (
@@ -37,6 +34,8 @@ from tests.conftest import (
     free_port,
     remove_leftovers,
     session_ids,
+    start_agent,
+    start_server,
     stop_server,
 )
 from troupe.api.models import KernelInfo, Resources, SessionCreate, SessionInfo
@@ -286,55 +285,11 @@ def free_block(prefix: int) -> str:
 def serve(
     tmp: Path, *extra: str, port: int | None = None, docker_host: str | None = None
 ) -> Server:
-    """``troupe server`` as tests.conftest.start_server starts it, but on a port of our
-    choice (a restarted manager keeps its address), given ``docker_host`` on that engine, and
-    with a subnet pool of its own (other test runs' servers share the test pool and may race
-    for its first free subnet)."""
-    port = port or free_port()
-    data, cfg = tmp / "data", tmp / "config"
-    log_path = tmp / "server.log"
-    env = {**os.environ, "TROUPE_CONFIG_DIR": str(cfg)}
-    env.pop("DOCKER_HOST", None)
-    if docker_host:
-        env["DOCKER_HOST"] = docker_host
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "troupe",
-                "server",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(data),
-                "--subnet-pool",
-                free_block(20),
-                "--cpu",
-                "2",
-                "--mem",
-                "4g",
-                *extra,
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"troupe server exited:\n{log_path.read_text()}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
-                break
-        time.sleep(0.1)
-    else:
-        proc.kill()
-        raise RuntimeError(f"troupe server did not answer:\n{log_path.read_text()}")
-    key = json.loads((cfg / "credentials.json").read_text())["api_key"]
-    return Server(url, key, data, cfg, proc, log_path)
+    """``troupe server`` with a subnet pool of its own (other test runs' servers share the
+    test pool and may race for its first free subnet)."""
+    return start_server(
+        tmp, *extra, port=port, pool=free_block(20), mem="4g", docker_host=docker_host
+    )
 
 
 def kill(proc: subprocess.Popen[bytes]) -> None:
@@ -342,37 +297,6 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
-
-
-def start_agent(
-    server: Server, name: str, port: int, log: Path, docker_host: str | None = None
-) -> subprocess.Popen[bytes]:
-    args = [
-        sys.executable,
-        "-m",
-        "troupe",
-        "agent",
-        "--manager",
-        server.url,
-        "--token",
-        TOKEN,
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--name",
-        name,
-        "--cpu",
-        "2",
-        "--mem",
-        "2g",
-        "--data-root",
-        str(server.data_dir),
-        "--heartbeat",
-        "0.5",
-    ]
-    if docker_host:
-        args += ["--docker-host", docker_host]
-    with open(log, "ab") as out:
-        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 @contextlib.contextmanager
@@ -640,7 +564,9 @@ def test_agent_killed_while_a_session_is_prepared(tmp_path: Path, proxy: EngineP
     on the engine until the agent comes back, which sweeps them."""
     mgr = serve(tmp_path, "--no-local-agent", "--agent-token", TOKEN, "--agent-timeout", "3")
     port = free_port()
-    agent = start_agent(mgr, "far", port, tmp_path / "agent.log", docker_host=proxy.url)
+    agent = start_agent(
+        mgr, "far", port, tmp_path / "agent.log", token=TOKEN, docker_host=proxy.url
+    )
     with cleaned(lambda: mgr):
         try:
             mgr.wait_agents({"far": "ALIVE"}, timeout=30)
@@ -659,7 +585,7 @@ def test_agent_killed_while_a_session_is_prepared(tmp_path: Path, proxy: EngineP
             assert si["reason"] in ("failed while creating kernels", "agent lost"), si
             mgr.wait_agents({"far": "LOST"}, timeout=30)
 
-            agent = start_agent(mgr, "far", port, tmp_path / "agent.log")
+            agent = start_agent(mgr, "far", port, tmp_path / "agent.log", token=TOKEN)
             mgr.wait_agents({"far": "ALIVE"}, timeout=30)
             assert_nothing_left(info.id, within=30)
             a = next(a for a in c.list_agents() if a.name == "far")

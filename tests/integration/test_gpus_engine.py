@@ -16,14 +16,21 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import BASE_IMAGE, DOCKER, Server, free_port, start_server, stop_server
+from tests.conftest import (
+    BASE_IMAGE,
+    DOCKER,
+    Server,
+    free_port,
+    start_agent,
+    start_server,
+    stop_server,
+)
 from troupe.api.models import Resources, SessionCreate, SessionInfo
 from troupe.client.sdk import Client
 
@@ -236,42 +243,13 @@ async def test_an_engine_without_the_hook_offers_no_gpus(gpu_engine: Path, tmp_p
     assert left.strip() == ""
 
 
-def start_agent(server: Server, port: int, log: Path) -> subprocess.Popen[bytes]:
+def start_gpu_agent(server: Server, port: int, log: Path) -> subprocess.Popen[bytes]:
     """``troupe agent`` on the GPU engine, reporting to ``server`` over HTTP (loopback)."""
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "troupe",
-                "agent",
-                "--manager",
-                server.url,
-                "--token",
-                TOKEN,
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--name",
-                "gpuhost",
-                "--docker-host",
-                f"unix://{SOCK}",
-                "--nvidia-smi",
-                str(SMI),
-                "--gpus",
-                "0,1",
-                "--cpu",
-                "2",
-                "--mem",
-                "2g",
-                "--data-root",
-                str(server.data_dir),
-                "--heartbeat",
-                "0.5",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    return start_agent(
+        *(server, "gpuhost", port, log, "--nvidia-smi", str(SMI), "--gpus", "0,1"),
+        token=TOKEN,
+        docker_host=f"unix://{SOCK}",
+    )
 
 
 def registered(log: Path, times: int, timeout: float = 60) -> None:
@@ -297,7 +275,7 @@ def test_an_agent_of_another_host_hands_out_its_gpus(gpu_engine: Path, tmp_path:
         tmp_path, "--no-local-agent", "--agent-token", TOKEN, "--agent-timeout", "3"
     )
     port = free_port()
-    agent = start_agent(server, port, tmp_path / "agent.log")
+    agent = start_gpu_agent(server, port, tmp_path / "agent.log")
     try:
         registered(tmp_path / "agent.log", 1)
         c = server.client()
@@ -320,7 +298,7 @@ def test_an_agent_of_another_host_hands_out_its_gpus(gpu_engine: Path, tmp_path:
         c.create_session(SessionCreate(name="more", image=BASE_IMAGE, resources=ONE))
         waiting(c, "more")
         stop_agent(agent)
-        agent = start_agent(server, port, tmp_path / "agent.log")
+        agent = start_gpu_agent(server, port, tmp_path / "agent.log")
         registered(tmp_path / "agent.log", 2)
         after = c.wait_session("pair", until="final", timeout=90)
         assert after.status_info.get("reason") == "agent lost", after.status_info

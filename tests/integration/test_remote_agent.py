@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from tests.conftest import (
     free_port,
     remove_leftovers,
     session_ids,
+    start_agent,
     start_server,
     stop_server,
 )
@@ -30,37 +30,6 @@ from troupe.api.models import Resources, SessionCreate
 pytestmark = pytest.mark.docker
 TOKEN = "test-agent-token"
 SMALL = Resources(cpu=0.25, mem=256 * 1024**2)
-
-
-def start_agent(server: Server, name: str, port: int, log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "troupe",
-                "agent",
-                "--manager",
-                server.url,
-                "--token",
-                TOKEN,
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--name",
-                name,
-                "--cpu",
-                "1",
-                "--mem",
-                "2g",
-                "--data-root",
-                str(server.data_dir),
-                "--heartbeat",
-                "0.5",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
 
 
 @pytest.fixture
@@ -77,7 +46,7 @@ def test_remote_agent_runs_sessions_and_is_lost_when_silent(
     manager: Server, tmp_path: Path
 ) -> None:
     port = free_port()
-    agent = start_agent(manager, "far", port, tmp_path / "agent.log")
+    agent = start_agent(manager, "far", port, tmp_path / "agent.log", cpu="1", token=TOKEN)
     try:
         manager.wait_agents({"far": "ALIVE"}, timeout=30)
         c = manager.client()
@@ -118,7 +87,7 @@ def test_remote_agent_runs_sessions_and_is_lost_when_silent(
         manager.wait_agents({"far": "LOST"}, timeout=30)
 
         # it comes back: the orphaned kernels are removed, resources are not double counted
-        agent = start_agent(manager, "far", port, tmp_path / "agent.log")
+        agent = start_agent(manager, "far", port, tmp_path / "agent.log", cpu="1", token=TOKEN)
         manager.wait_agents({"far": "ALIVE"}, timeout=30)
         deadline = time.monotonic() + 30
         while docker("ps", "-aq", "--filter", f"label=troupe.session={info.id}").stdout.strip():
