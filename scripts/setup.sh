@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up troupe on a Debian 12 machine, as root, idempotently:
-#   1. Debian packages (docker.io, debootstrap, ...) when missing;
+#   1. Debian packages (docker.io, debootstrap, chromium for the web UI's browser tests, ...)
+#      when missing;
 #   2. dockerd started when it does not answer (a running one is left alone);
 #   3. the virtual environment .venv with troupe installed;
 #   4. the kernel images troupe/base and troupe/pytorch, built offline and cached
@@ -19,7 +20,7 @@ step() { printf '\033[1;34m==>\033[0m %s\n' "$*"; }
 
 # --- 1. packages --------------------------------------------------------------
 need_pkgs=()
-for p in docker.io docker-compose debootstrap busybox-static iptables iproute2 util-linux python3-venv postgresql; do
+for p in docker.io docker-compose debootstrap busybox-static iptables iproute2 util-linux python3-venv postgresql chromium; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -52,6 +53,9 @@ if [ ! -x .venv/bin/troupe ] || [ "$(cat .venv/.troupe-stamp 2>/dev/null)" != "$
   .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | { grep -v '^WARNING: Location' || true; }
   echo "$venv_stamp" > .venv/.troupe-stamp
 fi
+# Bytecode of troupe's own modules: without it (PYTHONDONTWRITEBYTECODE set, or a read-only
+# checkout) every command compiles them again, a tenth of a short CLI command's time.
+.venv/bin/python -m compileall -q src/troupe >/dev/null
 
 # --- 4. kernel images ---------------------------------------------------------
 "$ROOT/scripts/build-images.sh"

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Runs in main1 as user work (troupe/mpi image): copies allreduce.py to every kernel over the
-# session's SSH, then starts one MPI rank per kernel with mpirun, which reaches the other
+# session's SSH, then starts one MPI rank per kernel with a bare mpirun, which reaches the other
 # kernels through the same SSH (port 2200 comes from ~/.ssh/config). Every value comes from
-# what troupe provides: /home/config/hostfile and BACKENDAI_CLUSTER_*.
+# what troupe provides: mpirun's default hostfile is /home/config/hostfile (one slot per kernel,
+# through OMPI_MCA_orte_default_hostfile) and BACKENDAI_CLUSTER_SIZE counts the kernels.
 set -eu
 prog=/tmp/mpi-allreduce.py
 cat > "$prog" <<'PY'
@@ -37,8 +38,7 @@ done
 out=/tmp/mpi-allreduce.out
 # --mca btl tcp,self: the kernels talk over the session network only (no shared-memory or
 # InfiniBand probing between containers).
-mpirun --hostfile /home/config/hostfile -np "$BACKENDAI_CLUSTER_SIZE" \
-  --mca btl tcp,self python "$prog" | tee "$out"
+mpirun -np "$BACKENDAI_CLUSTER_SIZE" --mca btl tcp,self python "$prog" | tee "$out"
 ok=$(grep -c ' OK$' "$out" || true)
 if [ "$ok" -eq "$BACKENDAI_CLUSTER_SIZE" ]; then
   echo "mpi allreduce: all $ok ranks OK"

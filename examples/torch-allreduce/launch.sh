@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs in main1 as user work: copies allreduce.py to every kernel over the session's SSH and
-# starts torchrun on each, with static rendezvous on $MASTER_ADDR:$MASTER_PORT. Every value
-# comes from the variables troupe injects; the remote ones are expanded on the remote kernel.
+# starts a bare `torchrun` on each: troupe's PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR and
+# PET_MASTER_PORT (torchrun's --nnodes, --node-rank, --master-addr, --master-port) form the job
+# with static rendezvous on main1:29500, one process per kernel.
 set -eu
 cat > /tmp/allreduce.py <<'PY'
 """Each rank contributes rank+1; after a gloo all-reduce every rank must hold the sum.
@@ -30,9 +31,7 @@ pids=""
 for h in $(echo "$BACKENDAI_CLUSTER_HOSTS" | tr , ' '); do
   # never onto itself: the remote "cat >" would truncate the file being sent
   [ "$h" = "$BACKENDAI_CLUSTER_HOST" ] || ssh "$h" 'cat > /tmp/allreduce.py' < /tmp/allreduce.py
-  ssh "$h" 'OMP_NUM_THREADS=1 torchrun --nnodes="$BACKENDAI_CLUSTER_SIZE" --nproc-per-node=1 \
-      --node-rank="$BACKENDAI_CLUSTER_LOCAL_RANK" --master-addr="$MASTER_ADDR" \
-      --master-port="$MASTER_PORT" /tmp/allreduce.py' &
+  ssh "$h" 'OMP_NUM_THREADS=1 torchrun /tmp/allreduce.py' &
   pids="$pids $!"
 done
 status=0

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Runs in main1 as user work (troupe/pytorch), in one of three launch modes (first argument):
-#   static         torchrun on every kernel, static rendezvous on $MASTER_ADDR:$MASTER_PORT,
+#   static         a bare `torchrun` on every kernel: troupe's PET_NNODES, PET_NODE_RANK,
+#                  PET_MASTER_ADDR and PET_MASTER_PORT give static rendezvous on main1:29500,
 #                  node rank = BACKENDAI_CLUSTER_LOCAL_RANK
 #   c10d           torchrun on every kernel with the c10d rendezvous on $MASTER_ADDR:29400
 #                  (MASTER_PORT and the TF_CONFIG ports start at 29500); the run is named by the
@@ -19,9 +20,7 @@ set -eu
 mode=${1:-static}
 case $mode in
   static)
-    run='OMP_NUM_THREADS=1 exec torchrun --nnodes="$BACKENDAI_CLUSTER_SIZE" --nproc-per-node=1 \
-      --node-rank="$BACKENDAI_CLUSTER_LOCAL_RANK" --master-addr="$MASTER_ADDR" \
-      --master-port="$MASTER_PORT" /tmp/ddp-train.py' ;;
+    run='OMP_NUM_THREADS=1 exec torchrun /tmp/ddp-train.py' ;;
   c10d)
     run='OMP_NUM_THREADS=1 exec torchrun --nnodes="$BACKENDAI_CLUSTER_SIZE" --nproc-per-node=1 \
       --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:29400" --rdzv-conf=is_host=false \

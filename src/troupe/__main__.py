@@ -1,5 +1,5 @@
 """``python -m troupe``: the same command as ``troupe`` (see :mod:`troupe.main`)."""
 
-from troupe.main import app
+from troupe.main import run
 
-app()
+run()

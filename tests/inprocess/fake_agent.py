@@ -57,6 +57,27 @@ class FakeShell:
         return 0
 
 
+class FakePipe:
+    """Echoes its input back until the input ends; remembers the command it was opened with."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self._out: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    async def read(self) -> tuple[int, bytes] | None:
+        data = await self._out.get()
+        return None if data is None else (1, data)
+
+    async def write(self, data: bytes) -> None:
+        await self._out.put(data)
+
+    async def close_input(self) -> None:
+        await self._out.put(None)
+
+    async def exit_code(self) -> int:
+        return 0
+
+
 class FakeAgent:
     def __init__(
         self,
@@ -89,6 +110,7 @@ class FakeAgent:
         self.image_names = set(images)
         self.networks: dict[str, NetworkSpec] = {}
         self.containers: dict[str, FakeContainer] = {}
+        self.pipes: list[FakePipe] = []
         self.on_exit: ExitHandler | None = None
         #: method name (or "create_kernel:<hostname>") -> seconds to sleep first
         self.delays: dict[str, float] = {}
@@ -244,6 +266,15 @@ class FakeAgent:
     @contextlib.asynccontextmanager
     async def shell(self, container_id: str, user: str = "work") -> AsyncIterator[FakeShell]:
         yield FakeShell()
+
+    @contextlib.asynccontextmanager
+    async def pipe(
+        self, container_id: str, command: list[str], user: str = "work"
+    ) -> AsyncIterator[FakePipe]:
+        if container_id not in self.containers:
+            raise NotFound.of("container", container_id)
+        self.pipes.append(p := FakePipe(command))
+        yield p
 
     # -- test controls ---------------------------------------------------------------
     def container(self, session_id: str, hostname: str) -> FakeContainer:

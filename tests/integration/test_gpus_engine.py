@@ -201,6 +201,8 @@ def test_kernels_get_their_own_gpus_through_the_engine(gpu_server: Server) -> No
         "inspect", "-f", "{{json .HostConfig.DeviceRequests}}", a.kernels[0].container_id or ""
     )
     assert f'"DeviceIDs":["{ga}"]' in requests.stdout and '"Driver":"nvidia"' in requests.stdout
+    shown = gpu_server.cli("session", "info", "a")
+    assert "GPUS" in shown.stdout and ga[:12] in shown.stdout, shown
 
     c.create_session(SessionCreate(name="c", image=BASE_IMAGE, resources=ONE))
     assert "gpu: needs 1 GPUs, 0 GPUs free" in str(waiting(c, "c").status_info)

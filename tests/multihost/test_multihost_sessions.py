@@ -330,3 +330,46 @@ def test_agent_whose_engine_stops_answering_is_lost(cluster: Cluster) -> None:
         os.kill(pid, signal.SIGCONT)
     cluster.server.wait_agents({"tt3": "ALIVE"})
     wait_no_kernels(3, info.id, timeout=60)
+
+
+def test_tunnel_and_ssh_reach_main1_on_another_host(cluster: Cluster, tmp_path: Path) -> None:
+    """``troupe session tunnel`` / ``ssh`` go manager -> the agent of main1's host -> sshd, with
+    no port published; ``cp`` reaches a sub kernel on a third host the same way."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    key = home / ".ssh" / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    c = cluster.server.client()
+    start(
+        c,
+        SessionCreate(
+            name="reach",
+            image=BASE_IMAGE,
+            cluster_size=3,
+            cluster_mode="multi-node",
+            resources=ONE_PER_HOST,
+            ssh_key=key.with_suffix(".pub").read_text(),
+        ),
+    )
+    env = {**cluster.server.env, "HOME": str(home)}
+    troupe = str(ROOT / ".venv/bin/troupe")
+
+    def run(*args: str, input: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [troupe, *args], env=env, input=input, capture_output=True, timeout=120, cwd=home
+        )
+
+    try:
+        info = c.get_session("reach")
+        hosts = {k.hostname: k.agent for k in info.kernels}
+        assert len(set(hosts.values())) == 3, hosts
+        r = run("session", "tunnel", "reach", input=b"SSH-2.0-probe\r\n")
+        assert r.stdout.startswith(b"SSH-2.0-OpenSSH"), r.stderr
+        r = run("session", "ssh", "reach", "--", "hostname; ssh sub2 hostname")
+        assert (r.returncode, r.stdout.split()) == (0, [b"main1", b"sub2"]), r.stderr
+        (home / "f.txt").write_text("across hosts\n")
+        r = run("session", "cp", str(home / "f.txt"), "reach/sub2:/tmp/f.txt")
+        assert r.returncode == 0, r.stderr
+        assert c.exec("reach", ["cat", "/tmp/f.txt"], kernel="sub2") == (0, "across hosts\n")
+    finally:
+        c.destroy_session("reach")

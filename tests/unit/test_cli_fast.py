@@ -98,3 +98,31 @@ def test_other_values_are_left_to_typer() -> None:
         app, ["session", "create", "x", "-i", "a", "--cluster-size", "z"], env=wide
     )
     assert r.exit_code == 2 and "--cluster-size" in r.output, r.output
+
+
+def test_the_script_builds_only_the_group_it_runs() -> None:
+    """``troupe session ...`` imports no other group's module; ``troupe --help`` and a typo
+    get every group (so help lists them and Click can suggest the nearest)."""
+    code = (
+        "import sys\n"
+        "from troupe.main import run\n"
+        "sys.argv = ['troupe', *sys.argv[1:]]\n"
+        "try:\n"
+        "    run()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "mods = ('troupe.main.server', 'troupe.main.agent', 'troupe.client.cli.users',"
+        " 'troupe.client.cli.folders', 'troupe.client.cli.sessions')\n"
+        "print(sorted(m for m in sys.modules if m in mods), file=sys.stderr)\n"
+    )
+
+    def loaded(*argv: str) -> tuple[str, str]:
+        r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+        return r.stdout, r.stderr.strip().splitlines()[-1]
+
+    out, mods = loaded("session", "--help")
+    assert mods == "['troupe.client.cli.sessions']" and "exec" in out, (out, mods)
+    out, mods = loaded("--help")
+    assert "troupe.main.server" in mods and "folder" in out, (out, mods)
+    out, mods = loaded("sesion", "list")
+    assert "troupe.client.cli.sessions" in mods, mods

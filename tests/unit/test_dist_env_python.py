@@ -7,12 +7,22 @@ import json
 import pytest
 
 from troupe.cluster import derive_dist_env
+from troupe.cluster.dist import LAUNCHER_NAMES
 
 HOSTS4 = "main1,sub1,sub2,sub3"
 TF4_RANK2 = (
     '{"cluster": {"worker": ["main1:29500", "sub1:29501", "sub2:29502", "sub3:29503"]}, '
     '"task": {"type": "worker", "index": 2}}'
 )
+
+LAUNCHERS4_RANK2 = {
+    "PET_NNODES": "4",
+    "PET_NODE_RANK": "2",
+    "PET_MASTER_ADDR": "main1",
+    "PET_MASTER_PORT": "29500",
+    "OMPI_MCA_orte_default_hostfile": "/home/config/hostfile",
+    "PRTE_MCA_prte_default_hostfile": "/home/config/hostfile",
+}
 
 
 def _env(size: str = "4", hosts: str = HOSTS4, rank: str = "2", **extra: str) -> dict[str, str]:
@@ -29,7 +39,17 @@ def test_spec_example() -> None:
         "MASTER_ADDR": "main1",
         "MASTER_PORT": "29500",
         "TF_CONFIG": TF4_RANK2,
+        **LAUNCHERS4_RANK2,
     }
+
+
+def test_launcher_variables_never_override_the_users() -> None:
+    """A value the user set stays, even empty; WORLD_SIZE/RANK/LOCAL_RANK stay unset."""
+    env = _env(PET_NNODES="1", OMPI_MCA_orte_default_hostfile="")
+    derived = derive_dist_env(env)
+    assert "PET_NNODES" not in derived and "OMPI_MCA_orte_default_hostfile" not in derived
+    assert derived["PET_NODE_RANK"] == "2"
+    assert not {"WORLD_SIZE", "RANK", "LOCAL_RANK"} & derived.keys()
 
 
 def test_tf_config_structure() -> None:
@@ -79,7 +99,7 @@ def test_non_numeric_rank_is_zero(rank: str) -> None:
 def test_user_set_values_kept(name: str, value: str) -> None:
     out = derive_dist_env(_env(**{name: value}))
     assert name not in out
-    assert len(out) == 2
+    assert len(out) == 2 + len(LAUNCHER_NAMES)
 
 
 @pytest.mark.parametrize("name", ["WORLD_SIZE", "RANK", "WORLD_RANK", "LOCAL_RANK"])
@@ -87,7 +107,7 @@ def test_user_set_values_kept(name: str, value: str) -> None:
 def test_user_set_per_container_values_kept(name: str, value: str) -> None:
     out = derive_dist_env(_env(BACKENDAI_DIST_ENV="per-container", **{name: value}))
     assert name not in out
-    assert len(out) == 6
+    assert len(out) == 6 + len(LAUNCHER_NAMES)
 
 
 @pytest.mark.parametrize(
@@ -122,6 +142,7 @@ def test_per_container() -> None:
         "RANK": "2",
         "WORLD_RANK": "2",
         "LOCAL_RANK": "0",
+        **LAUNCHERS4_RANK2,
     }
 
 
@@ -131,6 +152,7 @@ def test_per_container_needs_exact_flag(flag: str) -> None:
         "MASTER_ADDR",
         "MASTER_PORT",
         "TF_CONFIG",
+        *LAUNCHER_NAMES,
     }
 
 

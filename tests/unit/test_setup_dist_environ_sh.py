@@ -35,6 +35,12 @@ DIST_NAMES = (
     "RANK",
     "WORLD_RANK",
     "LOCAL_RANK",
+    "PET_NNODES",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "OMPI_MCA_orte_default_hostfile",
+    "PRTE_MCA_prte_default_hostfile",
 )
 SEP = "\x1e"
 DEFAULT_IFS = " \t\n"

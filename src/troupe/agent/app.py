@@ -14,7 +14,7 @@ import hmac
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Header, WebSocket
+from fastapi import Depends, FastAPI, Header, Query, WebSocket
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
@@ -32,6 +32,7 @@ from troupe.api.agent import (
 )
 from troupe.api.errors import TroupeError, Unauthorized
 from troupe.api.models import ImageInfo
+from troupe.api.pipe import serve_pipe
 from troupe.api.shell import serve_shell
 
 
@@ -146,5 +147,13 @@ def create_agent_app(backend: DockerAgent, token: str) -> FastAPI:
         async with backend.shell(container_id, user) as sh:
             await ws.accept()
             await serve_shell(ws, sh)
+
+    @app.websocket(f"{AGENT_PREFIX}/containers/{{container_id}}/pipe")
+    async def pipe(
+        ws: WebSocket, container_id: str, cmd: Annotated[list[str], Query()], user: str = "work"
+    ) -> None:
+        async with backend.pipe(container_id, cmd, user) as p:
+            await ws.accept()
+            await serve_pipe(ws, p)
 
     return app

@@ -30,7 +30,7 @@ from troupe.agent import logs as klogs
 from troupe.agent import networks, ready
 from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
-from troupe.agent.exec import ShellIO
+from troupe.agent.exec import PipeIO, ShellIO
 from troupe.agent.kernel import (
     KernelLimits,
     container_config,
@@ -388,3 +388,9 @@ class DockerAgent:
     ) -> contextlib.AbstractAsyncContextManager[ShellIO]:
         """An interactive login shell with a TTY (bash if the image has it, else sh)."""
         return execs.open_shell(self.docker, container_id, user)
+
+    def pipe(
+        self, container_id: str, command: list[str], user: str = "work"
+    ) -> contextlib.AbstractAsyncContextManager[PipeIO]:
+        """A command with raw stdin/stdout (no TTY): tunnels and copies."""
+        return execs.open_pipe(self.docker, container_id, command, user)

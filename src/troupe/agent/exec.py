@@ -98,6 +98,51 @@ class ShellIO:
         return int(info.get("ExitCode") or 0)
 
 
+@dataclass
+class PipeIO:
+    """Both ends of a command without a TTY (a :class:`troupe.api.pipe.Pipe`)."""
+
+    exec: Exec
+    stream: Stream
+
+    async def read(self) -> tuple[int, bytes] | None:
+        with step("pipe"):
+            msg = await self.stream.read_out()
+        return None if msg is None else (msg.stream, bytes(msg.data))
+
+    async def write(self, data: bytes) -> None:
+        with step("pipe"):
+            await self.stream.write_in(data)
+
+    async def close_input(self) -> None:
+        """Half-closes the engine's connection: the command reads EOF, its output goes on
+        (aiodocker's ``close`` would end both ways)."""
+        resp = self.stream._resp
+        transport = resp.connection.transport if resp and resp.connection else None
+        if transport is not None and transport.can_write_eof():
+            transport.write_eof()
+
+    async def exit_code(self) -> int:
+        with step("pipe"):
+            info = await self.exec.inspect()
+        code = info.get("ExitCode")
+        return -1 if code is None else int(code)
+
+
+@contextlib.asynccontextmanager
+async def open_pipe(
+    docker: aiodocker.Docker, container_id: str, command: list[str], user: str = "work"
+) -> AsyncIterator[PipeIO]:
+    """A command with stdin and separate stdout/stderr, no TTY, so bytes pass unchanged (the
+    tunnel's relay, ``tar`` for copies); the engine's refusal is raised on entry."""
+    with on_container(container_id):
+        ex = await docker.containers.container(container_id).exec(
+            command, stdin=True, tty=False, user=user, workdir=_workdir(user)
+        )
+        async with ex.start(detach=False) as stream:
+            yield PipeIO(ex, stream)
+
+
 @contextlib.asynccontextmanager
 async def open_shell(
     docker: aiodocker.Docker, container_id: str, user: str = "work"

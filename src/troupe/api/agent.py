@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, field_validator
 from troupe.api import defaults
 from troupe.api.exec import ExecItem
 from troupe.api.models import GpuId, GpuInfo, ImageInfo
+from troupe.api.pipe import Pipe
 from troupe.api.shell import Shell
 
 #: Path prefix of an agent's HTTP API (served by troupe.agent, called by the manager).
@@ -179,3 +180,6 @@ class AgentBackend(Protocol):
     def shell(
         self, container_id: str, user: str = "work"
     ) -> AbstractAsyncContextManager[Shell]: ...
+    def pipe(
+        self, container_id: str, command: list[str], user: str = "work"
+    ) -> AbstractAsyncContextManager[Pipe]: ...

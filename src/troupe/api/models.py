@@ -183,6 +183,19 @@ class SessionCreate(Strict):
     uid: int = Field(1000, ge=1, le=65534, description="uid of user work in every kernel")
     gid: int = Field(1000, ge=1, le=65534, description="gid of user work in every kernel")
     isolated_network: bool = False
+    ssh_key: str | None = Field(
+        None,
+        max_length=16384,
+        description="the user's OpenSSH public key (one line), added to main1's authorized_keys"
+        " only, for `troupe session ssh` and the like",
+    )
+
+    @field_validator("ssh_key")
+    @classmethod
+    def _public_key(cls, key: str | None) -> str | None:
+        from troupe.cluster.keys import check_public_key
+
+        return None if key is None else check_public_key(key)
 
     @field_validator("image")
     @classmethod
@@ -287,6 +300,18 @@ class SessionInfo(BaseModel):
         "created, started, entrypoint (the slowest kernel's) and ready (RUNNING)",
     )
     kernels: list[KernelInfo] = Field(default_factory=list)
+
+
+class SessionSSH(BaseModel):
+    """What an OpenSSH client needs to log into a session's main1 through the manager."""
+
+    id: str
+    name: str
+    user: str
+    #: main1's sshd host key, ``TYPE BASE64`` (to pin in a known_hosts file)
+    host_key: str
+    #: the user's public key the session was created with (``ssh_key``), or ""
+    user_key: str = ""
 
 
 class ExecRequest(Strict):

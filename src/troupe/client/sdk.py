@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         ImageInfo,
         SessionCreate,
         SessionInfo,
+        SessionSSH,
         UserInfo,
     )
 
@@ -179,6 +180,12 @@ class Client:
         from troupe.api.models import SessionInfo
 
         return SessionInfo.model_validate(self._req("GET", f"/sessions/{ref}"))
+
+    def session_ssh(self, ref: str) -> SessionSSH:
+        """main1's pinned host key and the user's key of the session (for OpenSSH)."""
+        from troupe.api.models import SessionSSH
+
+        return SessionSSH.model_validate(self._req("GET", f"/sessions/{ref}/ssh"))
 
     def wait_session(
         self, ref: str, until: str = "running", since: str | None = None, timeout: float = 30.0

@@ -19,6 +19,19 @@ from collections.abc import Mapping
 from troupe.cluster.contract import DEFAULT_MASTER_PORT, DistEnvMode
 
 _MAX_DIGITS = 18
+#: Where every kernel finds the session's hosts (``HOST slots=1`` lines; see contract.py).
+HOSTFILE = "/home/config/hostfile"
+#: Launchers that then need no flags: torchrun reads ``PET_<OPTION>`` for each of its options
+#: (so a bare ``torchrun train.py`` in every kernel forms the job); Open MPI 4's ``mpirun``
+#: (and Open MPI 5's, through PRRTE) uses this default hostfile, one slot per kernel.
+LAUNCHER_NAMES = (
+    "PET_NNODES",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "OMPI_MCA_orte_default_hostfile",
+    "PRTE_MCA_prte_default_hostfile",
+)
 _DIST_HOST_RE = re.compile(r"[A-Za-z0-9._-]+")
 
 
@@ -59,6 +72,12 @@ def derive_dist_env(environ: Mapping[str, str]) -> dict[str, str]:
         "MASTER_ADDR": hosts[0],
         "MASTER_PORT": str(base),
         "TF_CONFIG": json.dumps(tf_config),
+        "PET_NNODES": size,
+        "PET_NODE_RANK": str(rank),
+        "PET_MASTER_ADDR": hosts[0],
+        "PET_MASTER_PORT": str(base),
+        "OMPI_MCA_orte_default_hostfile": HOSTFILE,
+        "PRTE_MCA_prte_default_hostfile": HOSTFILE,
     }
     if environ.get("BACKENDAI_DIST_ENV") == DistEnvMode.PER_CONTAINER:
         derived |= {

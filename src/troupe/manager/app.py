@@ -25,9 +25,10 @@ from troupe.manager.limits import BodyLimit
 from troupe.manager.registry import Registry
 from troupe.manager.remote_agent import verifying_with
 from troupe.manager.routes import agents as agent_routes
-from troupe.manager.routes import folders, misc, sessions, users
+from troupe.manager.routes import folders, misc, reach, sessions, users
 from troupe.manager.store.db import make_engine, migrate
 from troupe.manager.store.unit import Store
+from troupe.manager.web import pages as web_pages
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +88,12 @@ def create_app(
         version=__version__,
         summary="Cluster compute sessions on Docker",
         lifespan=lifespan,
+        docs_url=None,  # served by the web UI from local files (no CDN)
+        redoc_url=None,
     )
     edge.install(app)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
-    for module in (sessions, folders, users, misc, agent_routes):
+    for module in (sessions, reach, folders, users, misc, agent_routes):
         app.include_router(module.router, prefix="/v1")
+    web_pages.install(app)
     return app

@@ -2,7 +2,8 @@
 counter.
 
 API keys are taken from the ``Authorization: Bearer <key>`` header only, never from the URL
-(query strings end up in access logs, proxies and browser history).
+(query strings end up in access logs, proxies and browser history). Without that header, the
+web UI's sign-in cookie is accepted from the UI's own origin (:mod:`troupe.manager.web.signin`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from troupe.manager.registry import Registry
 from troupe.manager.store.models import User
 from troupe.manager.store.unit import Store
 from troupe.manager.streams import Streams, streams_of
+from troupe.manager.web import signin
 
 
 async def get_db(request: Request) -> AsyncIterator[AsyncSession]:
@@ -39,8 +41,15 @@ def bearer(conn: HTTPConnection) -> str:
 
 
 async def authenticate(store: Store, conn: HTTPConnection) -> User:
-    """The user of a request or WebSocket, from its API key."""
+    """The user of a request or WebSocket, from its API key (or the web UI's cookie)."""
     key = bearer(conn)
+    if not key and signin.COOKIE in conn.cookies:
+        signin.check_origin(conn)
+        async with store() as db:
+            by_cookie = await signin.user_of_cookie(db, conn)
+        if by_cookie is None:
+            raise Unauthorized("web sign-in expired or revoked: sign in again")
+        return by_cookie
     if not key:
         if "api_key" in conn.query_params or "x-api-key" in conn.headers:
             raise Unauthorized(

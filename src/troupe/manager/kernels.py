@@ -21,6 +21,9 @@ CONFIG = "/home/config"
 #: Whole GPUs of this kernel (a count; ``nvidia-smi`` inside shows the same many).
 GPUS_VAR = "TROUPE_GPUS"
 HOST_KEY_IN_KERNEL = "/etc/ssh/troupe_host_ed25519_key"
+AUTHORIZED_KEYS = "/home/work/.ssh/authorized_keys"
+#: DeepSpeed's launcher reads this hostfile when given none (its ``DLTS_HOSTFILE``).
+DEEPSPEED_HOSTFILE = "/job/hostfile"
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class SessionPlan:
     ready_timeout: int = 300
     #: whole GPUs per kernel
     gpu: int = 0
+    #: the user's own public key (``--ssh-key``): main1 accepts it, sub kernels do not
+    user_ssh_key: str | None = None
 
 
 def kernel_conf(plan: SessionPlan, hostname: str) -> str:
@@ -62,6 +67,15 @@ def resource_txt(plan: SessionPlan) -> str:
     return f"cpu={plan.cpu:g}\nmem={plan.mem}\ncuda.device={plan.gpu}\n"
 
 
+def authorized_keys(plan: SessionPlan, hostname: str) -> str:
+    """The keys that open ``hostname``: the session's own, plus the user's in main1 only (sub
+    kernels stay reachable only from inside the session, as Backend.AI's)."""
+    keys = [plan.ssh_public_key]
+    if hostname == "main1" and plan.user_ssh_key:
+        keys.append(plan.user_ssh_key)
+    return "".join(k + "\n" for k in keys)
+
+
 def work_home(plan: SessionPlan, hosts: list[str], known_hosts: str) -> list[FileSpec]:
     """User ``work``'s home and SSH files, owned by the session's uid/gid and with their
     final modes: put into the container before it starts, so its entrypoint copies nothing."""
@@ -73,7 +87,7 @@ def work_home(plan: SessionPlan, hosts: list[str], known_hosts: str) -> list[Fil
         FileSpec(path=ssh, directory=True, mode=0o700, **own),
         FileSpec(path=f"{ssh}/id_cluster", content=plan.ssh_private_key, **mine),
         FileSpec(path=f"{ssh}/id_cluster.pub", content=plan.ssh_public_key + "\n", **mine),
-        FileSpec(path=f"{ssh}/authorized_keys", content=plan.ssh_public_key + "\n", **mine),
+        FileSpec(path=AUTHORIZED_KEYS, content=plan.ssh_public_key + "\n", **mine),
         FileSpec(path=f"{ssh}/config", content=ssh_client_config_text(hosts), **mine),
         FileSpec(path=f"{ssh}/known_hosts", content=known_hosts, **mine),
     ]
@@ -91,6 +105,7 @@ def kernel_specs(
     known_hosts = known_hosts_text({h: host_keys[h][1] for h in hosts})
     shared = [
         FileSpec(path=f"{CONFIG}/hostfile", content=hostfile_text(hosts)),
+        FileSpec(path=DEEPSPEED_HOSTFILE, content=hostfile_text(hosts)),
         FileSpec(path=f"{CONFIG}/ssh/id_cluster", content=plan.ssh_private_key, mode=0o600),
         FileSpec(path=f"{CONFIG}/ssh/id_cluster.pub", content=plan.ssh_public_key + "\n"),
         FileSpec(path=f"{CONFIG}/ssh/authorized_keys", content=plan.ssh_public_key + "\n"),
@@ -113,7 +128,14 @@ def kernel_specs(
     for c in contracts:
         private, public = host_keys[c.hostname]
         files = [
-            *shared,
+            *(f for f in shared if f.path != AUTHORIZED_KEYS),
+            FileSpec(
+                path=AUTHORIZED_KEYS,
+                content=authorized_keys(plan, c.hostname),
+                uid=plan.uid,
+                gid=plan.gid,
+                mode=0o600,
+            ),
             FileSpec(path=f"{CONFIG}/kernel.conf", content=kernel_conf(plan, c.hostname)),
             FileSpec(path=f"{CONFIG}/ssh/host_ed25519_key", content=private, mode=0o600),
             FileSpec(path=HOST_KEY_IN_KERNEL, content=private, mode=0o600),
@@ -168,6 +190,7 @@ def session_kernel_specs(s: Session, ready_timeout: float = 300) -> list[KernelS
         gid=s.gid,
         ssh_private_key=s.ssh_private_key,
         ssh_public_key=s.ssh_public_key,
+        user_ssh_key=s.user_ssh_key,
         mounts={m["folder"]: (m["folder_id"], bool(m["readonly"])) for m in s.mounts},
         ready_timeout=max(1, int(ready_timeout)),
     )

@@ -14,6 +14,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
@@ -32,6 +33,7 @@ from troupe.api.agent import (
 from troupe.api.errors import AgentFailed, from_wire
 from troupe.api.exec import ExecItem
 from troupe.api.models import ImageInfo
+from troupe.api.pipe import EOF_FRAME, STDERR, STDOUT, control
 
 
 class RemoteShell:
@@ -52,6 +54,34 @@ class RemoteShell:
 
     async def resize(self, rows: int, cols: int) -> None:
         await self._ws.send(json.dumps({"resize": [rows, cols]}))
+
+    async def exit_code(self) -> int:
+        return self._code
+
+
+class RemotePipe:
+    """The manager's end of an agent's pipe (:mod:`troupe.api.pipe`)."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self._ws = ws
+        self._code = -1
+
+    async def read(self) -> tuple[int, bytes] | None:
+        async for msg in self._ws:
+            if isinstance(msg, bytes):
+                return STDOUT, msg
+            data = control(msg)
+            if isinstance(data.get("stderr"), str):
+                return STDERR, str(data["stderr"]).encode()
+            with contextlib.suppress(ValueError, TypeError):
+                self._code = int(data["exit_code"])  # type: ignore[call-overload]
+        return None
+
+    async def write(self, data: bytes) -> None:
+        await self._ws.send(data)
+
+    async def close_input(self) -> None:
+        await self._ws.send(EOF_FRAME)
 
     async def exit_code(self) -> int:
         return self._code
@@ -208,3 +238,36 @@ class RemoteAgent:
                 tls["ssl"] = ssl._create_unverified_context()
         async with connect(f"{url}?user={user}", additional_headers=self._headers, **tls) as ws:
             yield RemoteShell(ws)
+
+    def _ws_url(self, path: str) -> tuple[str, dict[str, Any]]:
+        """``path``'s WebSocket URL on the agent and the TLS arguments of ``connect``."""
+        url = self.address.replace("http", "ws", 1) + AGENT_PREFIX + path
+        tls: dict[str, Any] = {}
+        if url.startswith("wss://"):
+            if isinstance(self._verify, ssl.SSLContext):
+                tls["ssl"] = self._verify
+            elif not self._verify:
+                tls["ssl"] = ssl._create_unverified_context()
+        return url, tls
+
+    @contextlib.asynccontextmanager
+    async def pipe(
+        self, container_id: str, command: list[str], user: str = "work"
+    ) -> AsyncIterator[RemotePipe]:
+        """The agent's refusal (no such container: 404, ...) is raised as its domain error."""
+        from websockets.exceptions import InvalidStatus, WebSocketException
+
+        url, tls = self._ws_url(f"/containers/{container_id}/pipe")
+        query = urlencode([("user", user), *(("cmd", c) for c in command)])
+        try:
+            ws = await connect(f"{url}?{query}", additional_headers=self._headers, **tls)
+        except InvalidStatus as e:
+            body: Any = None
+            with contextlib.suppress(ValueError):
+                body = json.loads(e.response.body or b"")
+            status = e.response.status_code
+            raise from_wire(status, body, f"agent {self.name}: HTTP {status}") from None
+        except (OSError, WebSocketException, TimeoutError) as e:
+            raise AgentFailed(f"agent {self.name} unreachable: {e!r}") from e
+        async with ws:
+            yield RemotePipe(ws)

@@ -1,7 +1,9 @@
 # shellcheck shell=sh
 # setup_dist_environ.sh: derive and export the distributed-training variables of a cluster
-# session (MASTER_ADDR, MASTER_PORT, TF_CONFIG; with BACKENDAI_DIST_ENV=per-container also
-# WORLD_SIZE, RANK, WORLD_RANK, LOCAL_RANK) from the BACKENDAI_* variables (SPEC section 5).
+# session (MASTER_ADDR, MASTER_PORT, TF_CONFIG, torchrun's PET_NNODES, PET_NODE_RANK,
+# PET_MASTER_ADDR, PET_MASTER_PORT, Open MPI's default hostfile OMPI_MCA_orte_default_hostfile
+# and PRTE_MCA_prte_default_hostfile; with BACKENDAI_DIST_ENV=per-container also WORLD_SIZE,
+# RANK, WORLD_RANK, LOCAL_RANK) from the BACKENDAI_* variables (SPEC section 5).
 #
 # This is the shell twin of troupe.cluster.dist.derive_dist_env; the unit tests hold the two to
 # the same output. Meant to be SOURCED by the kernel entrypoint (`. setup_dist_environ.sh`) under
@@ -120,6 +122,31 @@ if [ -n "$_troupe_ok" ]; then
   if [ -z "${TF_CONFIG+x}" ]; then
     TF_CONFIG=$_troupe_tf
     export TF_CONFIG
+  fi
+  # Launchers with no flags: torchrun (PET_<option>) and mpirun (its default hostfile).
+  if [ -z "${PET_NNODES+x}" ]; then
+    PET_NNODES=$_troupe_size
+    export PET_NNODES
+  fi
+  if [ -z "${PET_NODE_RANK+x}" ]; then
+    PET_NODE_RANK=$_troupe_rank
+    export PET_NODE_RANK
+  fi
+  if [ -z "${PET_MASTER_ADDR+x}" ]; then
+    PET_MASTER_ADDR=${_troupe_hosts%%,*}
+    export PET_MASTER_ADDR
+  fi
+  if [ -z "${PET_MASTER_PORT+x}" ]; then
+    PET_MASTER_PORT=$_troupe_port
+    export PET_MASTER_PORT
+  fi
+  if [ -z "${OMPI_MCA_orte_default_hostfile+x}" ]; then
+    OMPI_MCA_orte_default_hostfile=/home/config/hostfile
+    export OMPI_MCA_orte_default_hostfile
+  fi
+  if [ -z "${PRTE_MCA_prte_default_hostfile+x}" ]; then
+    PRTE_MCA_prte_default_hostfile=/home/config/hostfile
+    export PRTE_MCA_prte_default_hostfile
   fi
 
   if [ "${BACKENDAI_DIST_ENV-}" = per-container ]; then

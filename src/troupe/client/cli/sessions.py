@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from troupe.client.cli import session_exec
+from troupe.client.cli import reach, session_exec
 from troupe.client.cli.choices import (
     CREATE_DEFAULTS,
     RESOURCE_DEFAULTS,
@@ -215,6 +215,15 @@ def create(
         float | None,
         typer.Option(help="cancel if not scheduled within this many seconds", show_default=False),
     ] = None,
+    ssh_key: Annotated[
+        str | None,
+        typer.Option(
+            "--ssh-key",
+            help="your public key for main1's authorized_keys (troupe session ssh); default: the"
+            " first of ~/.ssh/id_ed25519.pub, id_ecdsa.pub, id_rsa.pub; 'none' for none",
+            show_default=False,
+        ),
+    ] = None,
     wait: Annotated[
         bool, typer.Option("--wait/--no-wait", help="wait until running (batch: until finished)")
     ] = False,
@@ -262,6 +271,9 @@ def create(
         "max_pending_seconds": max_pending_seconds,
     }
     data.update({k: v for k, v in optional.items() if v not in (None, {}, [])})
+    key_file = reach.ssh_key_file(ssh_key)
+    if key_file is not None:
+        data["ssh_key"] = reach.read_public_key(key_file)
     try:
         req = SessionCreate.model_validate(data)
     except ValidationError as e:
@@ -269,6 +281,8 @@ def create(
 
     with client() as c:
         info = c.create_session(req)
+    if key_file is not None:
+        reach.remember_identity(key_file)
     if not wait:
         if json_:
             print_json(info)
@@ -369,9 +383,11 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
         ]
     )
     if s.kernels:
+        gpus = any(k.gpus for k in s.kernels)  # the GPUs' UUIDs, shortened as nvidia-smi -L
         console.print()
         print_table(
-            ["HOSTNAME", "ROLE", "AGENT", "CONTAINER", "IP", "STATUS", "EXIT"],
+            ["HOSTNAME", "ROLE", "AGENT", "CONTAINER", "IP", "STATUS", "EXIT"]
+            + (["GPUS"] if gpus else []),
             [
                 [
                     k.hostname,
@@ -382,6 +398,7 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
                     k.status.value,
                     (f"{k.exit_code} (oom)" if k.oom_killed else k.exit_code),
                 ]
+                + ([", ".join(g[:12] for g in k.gpus) or "-"] if gpus else [])
                 for k in s.kernels
             ],
         )
@@ -405,5 +422,6 @@ def destroy(name: NameArg, json_: JsonOpt = False) -> None:
         console.print(Text(f"session {s.name} ({s.id}): {s.status.value}"))
 
 
-# logs, exec, run, shell: listed after the commands above
+# logs, exec, run, shell, then tunnel, ssh, ssh-config, forward, cp: after the commands above
 app.add_typer(session_exec.app)
+app.add_typer(reach.app)

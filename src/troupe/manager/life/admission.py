@@ -181,6 +181,7 @@ def new_session(
         isolated_network=req.isolated_network,
         ssh_private_key=key.private_openssh,
         ssh_public_key=key.public_openssh,
+        user_ssh_key=req.ssh_key,
     )
     s.created_at = now = utcnow()
     begin(s, SessionStatus.PENDING, changes, now)

@@ -28,7 +28,7 @@ from troupe.api.shell import serve_shell
 from troupe.manager import kernel_io, log_events
 from troupe.manager.deps import DB, CurrentUser, RegistryDep, StreamsDep, authenticate
 from troupe.manager.logs import after
-from troupe.manager.routes.views import session_info
+from troupe.manager.routes.views import session_columns, session_info, session_infos
 from troupe.manager.store.models import Session, User
 from troupe.manager.streams import SlotResponse, streams_of, unless_disconnected
 
@@ -98,7 +98,7 @@ async def list_sessions(
     """The newest ``limit`` sessions (the user's, every user's for admins; active ones unless
     ``all``), oldest first. When older ones remain, a ``Link: <...>; rel="next"`` header gives
     the next page: the same query with ``before`` the first session's id."""
-    q = select(Session).options(joinedload(Session.owner))
+    q = session_columns()
     if not user.admin:
         q = q.where(Session.owner_id == user.id)
     if not all:
@@ -113,12 +113,12 @@ async def list_sessions(
         mark_at = literal(row.created_at, Session.created_at.type)
         q = q.where(tuple_(Session.created_at, Session.id) < tuple_(mark_at, row.id))
     q = q.order_by(Session.created_at.desc(), Session.id.desc()).limit(limit + 1)
-    page = list((await db.execute(q)).scalars())
+    page = await session_infos(db, q)
     if len(page) > limit:
         page = page[:limit]
         after = request.url.include_query_params(before=page[-1].id)
         response.headers["Link"] = f'<{after.path}?{after.query}>; rel="next"'
-    return [session_info(s) for s in reversed(page)]
+    return page[::-1]
 
 
 @router.get("/sessions/{ref}", response_model=SessionInfo)

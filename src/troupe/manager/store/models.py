@@ -169,6 +169,8 @@ class Session(Base):
     #: The session's SSH private key. Never returned by the API, never logged.
     ssh_private_key: Mapped[str] = mapped_column(Text)
     ssh_public_key: Mapped[str] = mapped_column(Text)
+    #: The user's own public key (``--ssh-key``), added to main1's authorized_keys only.
+    user_ssh_key: Mapped[str | None] = mapped_column(Text, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Refetches the web UI's third-party browser files from the npm registry (through npm, at the
+# pinned versions below) into src/troupe/manager/web/static/vendor/, which is committed: the
+# manager serves them itself and needs no network at run time. Change a version, run this,
+# check the UI (tests/browser) and commit the result. Needs node and npm.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DEST="$ROOT/src/troupe/manager/web/static/vendor"
+XTERM=@xterm/xterm@6.0.0
+FIT=@xterm/addon-fit@0.11.0
+SWAGGER=swagger-ui-dist@5.35.0
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+for pkg in "$XTERM" "$FIT" "$SWAGGER"; do
+  npm pack --silent "$pkg" >/dev/null
+done
+for tgz in *.tgz; do
+  mkdir "${tgz%.tgz}" && tar -xzf "$tgz" -C "${tgz%.tgz}" --strip-components=1
+done
+
+rm -rf "$DEST" && mkdir -p "$DEST/xterm" "$DEST/swagger-ui"
+cp xterm-xterm-*/lib/xterm.js xterm-xterm-*/css/xterm.css xterm-xterm-*/LICENSE "$DEST/xterm/"
+cp xterm-addon-fit-*/lib/addon-fit.js "$DEST/xterm/"
+cp swagger-ui-dist-*/swagger-ui-bundle.js swagger-ui-dist-*/swagger-ui.css \
+  swagger-ui-dist-*/favicon-32x32.png swagger-ui-dist-*/LICENSE "$DEST/swagger-ui/"
+# source-map comments would make browsers' dev tools ask for files that are not shipped
+sed -i '/^\/\/# sourceMappingURL=/d' "$DEST"/xterm/*.js "$DEST"/swagger-ui/*.js
+sed -i 's#/\*\# sourceMappingURL=[^*]*\*/##' "$DEST"/swagger-ui/*.css
+cat > "$DEST/VERSIONS" <<V
+$XTERM
+$FIT
+$SWAGGER
+V
+echo "vendored into $DEST:"
+(cd "$DEST" && find . -type f | sort)

@@ -1,0 +1,83 @@
+"""Playwright (Python) driving Debian's chromium (installed by scripts/setup.sh; no browser
+download). Every request a page makes must stay on the server's origin: one to any other
+origin fails the test. Screenshots go to $TROUPE_ARTIFACTS (default tests/browser/artifacts)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
+
+from tests.conftest import Server
+
+CHROMIUM = os.environ.get("TROUPE_CHROMIUM", "/usr/bin/chromium")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(os.environ.get("TROUPE_ARTIFACTS", Path(__file__).parent / "artifacts"))
+
+
+@pytest.fixture(scope="session")
+def playwright() -> Iterator[Playwright]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} missing; run scripts/setup.sh first")
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    b = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+class Web:
+    """A browser context on the test server that records requests to other origins."""
+
+    def __init__(self, browser: Browser, server: Server, width: int = 1280, height: int = 800):
+        self.server = server
+        self.context: BrowserContext = browser.new_context(
+            viewport={"width": width, "height": height}
+        )
+        self.context.set_default_timeout(20_000)
+        self.foreign: list[str] = []
+        self.context.on("request", lambda r: self._check(r.url))
+        self.page: Page = self.context.new_page()
+        self.page.on("websocket", lambda ws: self._check(ws.url))
+
+    def _check(self, url: str) -> None:
+        host = self.server.url.split("://", 1)[1]
+        same = url.startswith((f"http://{host}/", f"ws://{host}/"))
+        if not same and not url.startswith(("data:", "blob:", "about:")):
+            self.foreign.append(url)
+
+    def go(self, path: str) -> Page:
+        self.page.goto(self.server.url + path)
+        return self.page
+
+    def sign_in(self, key: str) -> None:
+        self.go("/")
+        self.page.get_by_label("API key").fill(key)
+        self.page.get_by_role("button", name="Sign in").click()
+        self.page.get_by_role("heading", name="Sessions").wait_for()
+
+    def shot(self, name: str, full_page: bool = False) -> None:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
+
+    def close(self) -> None:
+        self.context.close()
+        assert not self.foreign, f"requests left the server's origin: {self.foreign}"

@@ -1,0 +1,146 @@
+"""The web UI in-process: sign-in cookie, Origin checks, pages, the launch dialog's capacity
+answer, the live event stream and the API docs served from local files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+
+from tests.inprocess.asgi import AsgiHttp, key_of
+from tests.inprocess.conftest import Harness
+from troupe.manager.web import signin
+
+ORIGIN = "http://troupe.test"
+
+
+def web_client(h: Harness) -> httpx.AsyncClient:
+    assert h.app is not None
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=h.app), base_url=ORIGIN, follow_redirects=False
+    )
+
+
+async def signed_in(h: Harness, key: str | None = None) -> httpx.AsyncClient:
+    c = web_client(h)
+    r = await c.post(
+        "/signin",
+        content=f"api_key={key or key_of(h.client)}&next=/",
+        headers={"Origin": ORIGIN, "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert r.status_code == 303, r.text
+    cookie = r.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+    return c
+
+
+async def test_pages_need_sign_in(manager: Harness) -> None:
+    c = web_client(manager)
+    r = await c.get("/")
+    assert r.status_code == 303 and r.headers["location"].startswith("/signin")
+    r = await c.get("/signin")
+    assert r.status_code == 200 and "API key" in r.text and "Sign in" in r.text
+    r = await c.post(
+        "/signin", content="api_key=trp_wrong", headers={"Origin": ORIGIN, "Content-Type": "x"}
+    )
+    assert r.status_code == 401 and "not valid" in r.text
+
+
+async def test_sign_in_then_pages_and_api_with_cookie(manager: Harness) -> None:
+    await manager.create("web1", cluster_size=2)
+    await manager.wait("web1")
+    c = await signed_in(manager)
+    r = await c.get("/")
+    assert r.status_code == 200 and "web1" in r.text and "New session" in r.text
+    assert "default-src 'self'" in r.headers["content-security-policy"]
+    s = await manager.get("web1")
+    r = await c.get(f"/sessions/{s['id']}")
+    assert r.status_code == 200
+    for text in ("main1", "sub1", "troupe session shell web1", "Terminal", "Destroy"):
+        assert text in r.text
+    for page in ("logs", "terminal"):
+        assert (await c.get(f"/sessions/{s['id']}/{page}")).status_code == 200
+    assert (await c.get("/folders")).status_code == 200
+    assert "local" in (await c.get("/agents")).text
+    # the REST API takes the cookie: reads as is, writes only with this origin's Origin
+    assert (await c.get("/v1/sessions")).status_code == 200
+    r = await c.post("/v1/folders", json={"name": "d1"})
+    assert r.status_code == 403 and "Origin" in r.json()["error"]["message"]
+    r = await c.post("/v1/folders", json={"name": "d1"}, headers={"Origin": "http://evil.test"})
+    assert r.status_code == 403
+    r = await c.get("/v1/sessions", headers={"Sec-Fetch-Site": "cross-site"})
+    assert r.status_code == 403
+    r = await c.post("/v1/folders", json={"name": "d1"}, headers={"Origin": ORIGIN})
+    assert r.status_code == 201
+    # validation errors name their field, as the launch dialog shows them
+    r = await c.post(
+        "/v1/sessions",
+        json={"name": "x", "image": "troupe/base:0.1.0", "resources": {"cpu": 0.001}},
+        headers={"Origin": ORIGIN},
+    )
+    assert r.status_code == 422 and r.json()["error"]["field"] == "resources.cpu"
+    r = await c.post("/signout", headers={"Origin": ORIGIN})
+    assert r.status_code == 303 and 'troupe_web=""' in r.headers["set-cookie"]
+
+
+async def test_rotating_the_key_ends_the_web_session(manager: Harness) -> None:
+    r = await manager.client.post("/users", json={"name": "bob"})
+    bob_key = r.json()["api_key"]
+    c = await signed_in(manager, bob_key)
+    assert (await c.get("/")).status_code == 200
+    r = await manager.client.post("/users/bob/rotate")
+    assert r.status_code == 200, r.text
+    assert (await c.get("/")).status_code == 303
+    assert (await c.get("/v1/sessions")).status_code == 401
+
+
+async def test_other_users_sessions_are_not_found(manager: Harness) -> None:
+    s = await manager.create("private")
+    r = await manager.client.post("/users", json={"name": "eve"})
+    c = await signed_in(manager, r.json()["api_key"])
+    for path in ("", "/logs", "/terminal"):
+        r = await c.get(f"/sessions/{s['id']}{path}")
+        assert r.status_code == 404 and "not found" in r.text
+    assert "private" not in (await c.get("/")).text
+
+
+async def test_fit_answers_the_largest_size_now(manager: Harness) -> None:
+    c = await signed_in(manager)
+    r = await c.get("/ui/fit", params={"cpu": 1, "mem": "1g"})
+    assert r.status_code == 200
+    largest = r.json()["largest"]
+    assert largest["single-node"] >= 1 and largest["multi-node"] >= largest["single-node"]
+    assert (await c.get("/ui/fit", params={"mem": "lots"})).status_code == 422
+
+
+async def test_docs_are_served_from_local_files(manager: Harness) -> None:
+    c = web_client(manager)
+    r = await c.get("/docs")
+    assert r.status_code == 200 and "/static/vendor/swagger-ui/swagger-ui-bundle.js" in r.text
+    assert "cdn" not in r.text.lower() and "https://" not in r.text
+    r = await c.get("/static/vendor/swagger-ui/swagger-ui-bundle.js")
+    assert r.status_code == 200 and len(r.content) > 100_000
+    r = await c.get("/static/vendor/xterm/xterm.js")
+    assert r.status_code == 200
+
+
+async def test_event_stream_sends_rendered_rows(manager: Harness) -> None:
+    c = await signed_in(manager)
+    cookie = c.cookies[signin.COOKIE]
+    stream = AsgiHttp(manager, "GET", "/ui/events", accept="text/event-stream")
+    stream.scope["headers"].append((b"cookie", f"{signin.COOKIE}={cookie}".encode()))
+    stream.start()
+    await asyncio.sleep(0.1)
+    s = await manager.create("live1")
+    await manager.wait("live1")
+    for _ in range(200):
+        if b"live1" in stream.body():
+            break
+        await asyncio.sleep(0.02)
+    stream.leave()
+    assert stream.task is not None
+    await asyncio.wait_for(stream.task, 5)
+    events = [e for e in stream.body().decode().split("\n\n") if e.startswith("event: session")]
+    data = json.loads(events[-1].split("data: ", 1)[1])
+    assert data["id"] == s["id"] and f'id="row-{s["id"]}"' in data["html"]
