@@ -27,7 +27,9 @@ ARGS = [
 ARTIFACTS = Path(os.environ.get("TROUPE_ARTIFACTS", Path(__file__).parent / "artifacts"))
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: while Playwright's sync API runs, the main thread has a running
+# event loop, and pytest-asyncio cannot run the async tests that come after these.
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} missing; run scripts/setup.sh first")
@@ -35,7 +37,7 @@ def playwright() -> Iterator[Playwright]:
         yield p
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     b = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
     try:
