@@ -224,14 +224,19 @@ def test_bare_torchrun_in_every_kernel_all_reduces(me: User, torch3: str) -> Non
         " t = torch.tensor([float(d.get_rank() + 1)]); d.all_reduce(t);"
         " print('SUM', d.get_rank(), int(t.item()), flush=True); d.destroy_process_group()"
     )
-    out = ok(
-        me.troupe(
-            "session", "run", torch3, "--", "sh", "-c",
-            f"echo \"{prog}\" > /tmp/ar.py && test -z \"$WORLD_SIZE$RANK$LOCAL_RANK\""
-            " && OMP_NUM_THREADS=1 torchrun /tmp/ar.py",
-            timeout=300,
-        )
+    r = me.troupe(
+        "session", "run", torch3, "--", "sh", "-c",
+        f"echo \"{prog}\" > /tmp/ar.py && test -z \"$WORLD_SIZE$RANK$LOCAL_RANK\""
+        " && OMP_NUM_THREADS=1 torchrun /tmp/ar.py",
+        timeout=300,
     )  # fmt: skip
+    # After a job that succeeded, torch's elastic agent may log a traceback from its exit
+    # barrier when node 0's agent (which hosts the store) leaves first: an upstream race
+    # (pytorch/pytorch#69520) that changes no exit code. Any other traceback fails the test.
+    out = r.stdout.decode(errors="replace") + r.stderr.decode(errors="replace")
+    assert r.returncode == 0, out
+    other = [b for b in out.split("Traceback")[1:] if "_exit_barrier" not in b]
+    assert not other, out
     sums = re.findall(r"SUM (\d) (\d+)", out)
     assert sorted(sums) == [("0", "6"), ("1", "6"), ("2", "6")], out
 
