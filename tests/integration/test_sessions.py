@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from tests.conftest import BASE_IMAGE, TORCH_IMAGE, Server, docker
+from troupe.agent.docker_backend import FILES_DIR
 from troupe.api.models import Mount, Resources, SessionCreate, SessionInfo
 from troupe.client.sdk import Client, TroupeError
 from troupe.cluster import build_cluster, derive_dist_env
@@ -97,6 +98,8 @@ def test_three_kernels_env_ssh_and_entry_paths(server: Server) -> None:
         assert all(k.ip and k.container_id for k in detail.kernels)
         code, out = sh(c, name, "ls /sys/class/net | grep -v '^lo$' | wc -l")
         assert out.strip() == "1"
+        # the kernels' files came as an archive the agent removed once they started
+        assert not list(FILES_DIR.glob(f"troupe-{info.id[:12]}*")), list(FILES_DIR.iterdir())
     finally:
         c.destroy_session(name)
     assert labelled("container", info.id) == [] and labelled("network", info.id) == []

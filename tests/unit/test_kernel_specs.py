@@ -76,6 +76,12 @@ def test_container_config_limits_labels_alias() -> None:
     assert cfg["NetworkingConfig"]["EndpointsConfig"]["net"]["Aliases"] == ["sub1"]
     assert cfg["Labels"]["troupe.kernel"] == "k1" and cfg["Labels"]["troupe.owner"] == "u1"
     assert "BACKENDAI_CLUSTER_HOST=sub1" in cfg["Env"]
+    assert not any("troupe-files" in b for b in cfg["HostConfig"]["Binds"])
+
+
+def test_files_archive_is_mounted_read_only_when_given() -> None:
+    cfg = container_config(specs()[1], "/runner", "/srv", files_tar="/run/x/k.tar")
+    assert "/run/x/k.tar:/opt/troupe-files.tar:ro" in cfg["HostConfig"]["Binds"]
 
 
 def test_files_archive_modes_and_parents() -> None:

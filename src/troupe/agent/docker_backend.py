@@ -15,7 +15,9 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import resource
+import tempfile
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,6 +76,25 @@ def nofile_limit(wanted: int) -> int:
         log.warning("kernels get %d open files (this host's hard limit), not %d", hard, wanted)
         return int(hard)
     return wanted
+
+
+#: Where kernels' files archives wait for their containers to start: tmpfs, so the session's
+#: keys in them never reach a disk; each is removed once its container started.
+FILES_DIR = Path("/run/troupe-agent")
+
+
+def files_tar(spec: KernelSpec) -> Path | None:
+    """The kernel's files archive written to a new private file in FILES_DIR; None when that
+    cannot be written (then the engine's archive upload is used)."""
+    try:
+        FILES_DIR.mkdir(mode=0o700, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f"{spec.container_name}-", suffix=".tar", dir=FILES_DIR)
+    except OSError as e:
+        log.warning("kernel files go through the engine: %s: %s", FILES_DIR, e.strerror or e)
+        return None
+    with os.fdopen(fd, "wb") as f:
+        f.write(files_archive(spec.files))
+    return Path(name)
 
 
 class DockerAgent:
@@ -260,19 +281,28 @@ class DockerAgent:
         return await gather_all(self._create_kernel(s) for s in specs)
 
     async def _create_kernel(self, spec: KernelSpec) -> KernelStarted:
+        """The kernel's files go in as a read-only bind mount of their archive, which the
+        entrypoint unpacks; through the engine's archive upload where FILES_DIR is not ours."""
         folders = self.folders_root
         for m in spec.mounts:
             (folders / m.folder_id).mkdir(parents=True, exist_ok=True)
             folder_path(folders, m)  # again, now that it exists
-        config = container_config(spec, runner_dir(), str(folders), self.limits)
-        with step(kernel=spec.hostname):
-            container = await self.docker.containers.create(config, name=spec.container_name)
-            if spec.files:
-                await container.put_archive(  # type: ignore[no-untyped-call]
-                    "/", files_archive(spec.files)
-                )
-            await container.start()
-            info = await container.show()
+        tar = files_tar(spec) if spec.files else None
+        try:
+            config = container_config(
+                spec, runner_dir(), str(folders), self.limits, str(tar) if tar else None
+            )
+            with step(kernel=spec.hostname):
+                container = await self.docker.containers.create(config, name=spec.container_name)
+                if spec.files and tar is None:
+                    await container.put_archive(  # type: ignore[no-untyped-call]
+                        "/", files_archive(spec.files)
+                    )
+                await container.start()
+                info = await container.show()
+        finally:
+            if tar is not None:  # the started container's mount keeps the file
+                tar.unlink(missing_ok=True)
         if not info["State"].get("Running"):
             tail = await klogs.last_lines(self.docker, info["Id"], START_FAILURE_LINES)
             detail = " ".join(line.strip() for line in tail)

@@ -4,7 +4,7 @@
 # session shares, then runs the command (batch main1) or idles, as user `work`:
 #   1. distributed-training variables (setup_dist_environ.sh, if present);
 #   2. user `work` with the session's uid/gid (its home and SSH files, owned and with their
-#      modes, were put into the container before it started);
+#      modes, come with the kernel's files: step 0);
 #   3. sshd on port 2200 with the session's host key (if the image has sshd);
 #   4. the environment files that make the same variables visible to `exec` (exec.sh),
 #      login shells (/etc/profile.d) and SSH commands (~/.ssh/environment);
@@ -22,10 +22,16 @@ _troupe_gid=1000
 _troupe_wait_go=0
 _troupe_chown=""
 _troupe_ready_timeout=300
-if [ -f "$_troupe_conf/kernel.conf" ]; then . "$_troupe_conf/kernel.conf"; fi
-[ -d "$_troupe_run" ] || mkdir -p "$_troupe_run"
 _troupe_root=0
 if [ "$(id -u)" = 0 ]; then _troupe_root=1; fi
+# 0. The kernel's files (kernel.conf, ~work/.ssh, the host key, ...), with their owners and
+#    modes: the agent bind-mounts them as a tar (or, for an image that does not start as root,
+#    puts them into the container before it starts).
+if [ -f /opt/troupe-files.tar ] && [ "$_troupe_root" = 1 ]; then
+  tar -xpf /opt/troupe-files.tar -C / || echo "troupe: cannot unpack the kernel's files" >&2
+fi
+if [ -f "$_troupe_conf/kernel.conf" ]; then . "$_troupe_conf/kernel.conf"; fi
+[ -d "$_troupe_run" ] || mkdir -p "$_troupe_run"
 
 # Whether file $1 has a line starting with "$2:" (no grep: one process less).
 _troupe_has() {
