@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Iterable
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -47,3 +47,18 @@ async def heartbeat(items: AsyncIterator[T], interval: float) -> AsyncIterator[T
             pending.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await pending
+
+
+async def until_first(*coros: Coroutine[Any, Any, None]) -> None:
+    """Runs the coroutines until the first of them ends, then cancels and awaits the rest,
+    whatever they raise: the two pumps of a WebSocket bridge (a command's end, or the client
+    leaving, ends both)."""
+    tasks = [asyncio.create_task(c) for c in coros]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t

@@ -14,10 +14,11 @@ end on its own (half-close) while the output goes on:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from typing import TYPE_CHECKING, Protocol
+
+from troupe.api.aio import until_first
 
 if TYPE_CHECKING:
     from starlette.websockets import WebSocket
@@ -47,7 +48,6 @@ def control(text: str) -> dict[str, object]:
 
 async def serve_pipe(ws: WebSocket, pipe: Pipe) -> None:
     """Bridges an accepted WebSocket and a command until its output ends or the client leaves."""
-    from starlette.websockets import WebSocketDisconnect
 
     async def pump_in() -> None:
         while True:
@@ -72,15 +72,7 @@ async def serve_pipe(ws: WebSocket, pipe: Pipe) -> None:
         await ws.send_text(json.dumps({"exit_code": await pipe.exit_code()}))
         await ws.close()
 
-    tasks = [asyncio.create_task(pump_in()), asyncio.create_task(pump_out())]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, Exception):
-                await t
+    await until_first(pump_in(), pump_out())
 
 
 #: Where the runner's scripts are in every kernel (the agent mounts them there:

@@ -6,10 +6,11 @@ Binary frames carry terminal bytes both ways; the client may send text frames
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from typing import TYPE_CHECKING, Protocol
+
+from troupe.api.aio import until_first
 
 if TYPE_CHECKING:
     from starlette.websockets import WebSocket
@@ -26,7 +27,6 @@ class Shell(Protocol):
 
 async def serve_shell(ws: WebSocket, sh: Shell) -> None:
     """Bridges an accepted WebSocket and a shell until the shell ends or the client leaves."""
-    from starlette.websockets import WebSocketDisconnect
 
     async def pump_in() -> None:
         while True:
@@ -50,12 +50,4 @@ async def serve_shell(ws: WebSocket, sh: Shell) -> None:
 
     # Whichever ends first ends both: the shell's exit, or the client leaving (a quiet
     # abandoned shell must not live on until its next output).
-    tasks = [asyncio.create_task(pump_in()), asyncio.create_task(pump_out())]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, Exception):
-                await t
+    await until_first(pump_in(), pump_out())

@@ -226,16 +226,7 @@ class RemoteAgent:
 
     @contextlib.asynccontextmanager
     async def shell(self, container_id: str, user: str = "work") -> AsyncIterator[RemoteShell]:
-        url = (
-            self.address.replace("http", "ws", 1)
-            + f"{AGENT_PREFIX}/containers/{container_id}/shell"
-        )
-        tls: dict[str, Any] = {}
-        if url.startswith("wss://"):
-            if isinstance(self._verify, ssl.SSLContext):
-                tls["ssl"] = self._verify
-            elif not self._verify:
-                tls["ssl"] = ssl._create_unverified_context()
+        url, tls = self._ws_url(f"/containers/{container_id}/shell")
         async with connect(f"{url}?user={user}", additional_headers=self._headers, **tls) as ws:
             yield RemoteShell(ws)
 
