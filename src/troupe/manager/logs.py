@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import shutil
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from troupe.api import defaults
+from troupe.api.aio import cancel_all
 
 
 def split_timestamp(line: str) -> tuple[str, str]:
@@ -164,8 +164,4 @@ async def merged(streams: Mapping[str, AsyncIterator[str]], follow: bool) -> Asy
             else:
                 yield item
     finally:
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_all(tasks)
