@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from tests.inprocess.asgi import key_of
 from tests.inprocess.conftest import Harness, eventually
 
 
@@ -91,3 +92,28 @@ def anon_client(h: Harness, raise_app_exceptions: bool = True) -> httpx.AsyncCli
         transport=httpx.ASGITransport(app=h.app, raise_app_exceptions=raise_app_exceptions),
         base_url="http://troupe.test/v1",
     )
+
+
+# -- the web UI ---------------------------------------------------------------------------
+
+ORIGIN = "http://troupe.test"
+
+
+def web_client(h: Harness) -> httpx.AsyncClient:
+    assert h.app is not None
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=h.app), base_url=ORIGIN, follow_redirects=False
+    )
+
+
+async def signed_in(h: Harness, key: str | None = None) -> httpx.AsyncClient:
+    c = web_client(h)
+    r = await c.post(
+        "/signin",
+        content=f"api_key={key or key_of(h.client)}&next=/",
+        headers={"Origin": ORIGIN, "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert r.status_code == 303, r.text
+    cookie = r.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+    return c

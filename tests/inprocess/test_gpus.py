@@ -13,7 +13,7 @@ import pytest
 
 from tests.inprocess.conftest import Harness
 from tests.inprocess.fake_agent import FakeAgent
-from tests.inprocess.helpers import get_when, heartbeats, running
+from tests.inprocess.helpers import get_when, heartbeats, running, signed_in
 
 GPU0, GPU1 = "GPU-local-0", "GPU-local-1"
 ONE_GPU = {"cpu": 0.5, "gpu": 1}
@@ -192,3 +192,12 @@ async def test_an_agent_registering_again_keeps_its_kernels_gpus(manager: Harnes
         await manager.client.delete("/sessions/b")
         c = await manager.wait("c")
         assert devices(c) == [["GPU-h1-1"]]
+
+
+async def test_agents_page_shows_gpu_capacity_use_and_models(gpus: Harness) -> None:
+    """Issue 13's "the agents page shows GPU capacity and use" (the page is the web UI's)."""
+    await running(gpus, "a", resources=ONE_GPU)
+    c = await signed_in(gpus)
+    r = await c.get("/agents")
+    assert r.status_code == 200, r.text
+    assert "1 / 2 GPUs" in r.text and r.text.count("Fake GPU") == 2, r.text

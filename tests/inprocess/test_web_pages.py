@@ -6,33 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-import httpx
-
-from tests.inprocess.asgi import AsgiHttp, key_of
+from tests.inprocess.asgi import AsgiHttp
 from tests.inprocess.conftest import Harness
+from tests.inprocess.helpers import ORIGIN, signed_in, web_client
 from troupe.manager.web import signin
-
-ORIGIN = "http://troupe.test"
-
-
-def web_client(h: Harness) -> httpx.AsyncClient:
-    assert h.app is not None
-    return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=h.app), base_url=ORIGIN, follow_redirects=False
-    )
-
-
-async def signed_in(h: Harness, key: str | None = None) -> httpx.AsyncClient:
-    c = web_client(h)
-    r = await c.post(
-        "/signin",
-        content=f"api_key={key or key_of(h.client)}&next=/",
-        headers={"Origin": ORIGIN, "Content-Type": "application/x-www-form-urlencoded"},
-    )
-    assert r.status_code == 303, r.text
-    cookie = r.headers["set-cookie"]
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
-    return c
 
 
 async def test_pages_need_sign_in(manager: Harness) -> None:
