@@ -100,7 +100,9 @@ def test_ssh_runs_a_command_in_main1_with_its_exit_code(me: User, torch3: str) -
     assert r.returncode == 7, r.stderr
 
 
-def test_printed_config_serves_plain_ssh_and_scp(me: User, torch3: str, ssh_config: Path) -> None:
+def test_printed_config_serves_plain_ssh_scp_rsync_sftp(
+    me: User, torch3: str, ssh_config: Path
+) -> None:
     block = ssh_config.read_text()
     assert f"Host {torch3}" in block and "User work" in block
     assert "StrictHostKeyChecking yes" in block and "IdentityFile" in block
@@ -113,6 +115,14 @@ def test_printed_config_serves_plain_ssh_and_scp(me: User, torch3: str, ssh_conf
     ok(me.run("scp", "-F", str(ssh_config), str(me.home / "up.bin"), f"{torch3}:up.bin"))
     got = ok(me.run("ssh", "-F", str(ssh_config), torch3, "sha256sum up.bin"))
     assert got.split()[0] == hashlib.sha256(data).hexdigest()
+    # rsync and sftp through the same block
+    (me.home / "tree" / "sub").mkdir(parents=True, exist_ok=True)
+    (me.home / "tree" / "sub" / "a.txt").write_text("rsync me\n")
+    ok(me.run("rsync", "-a", "-e", f"ssh -F {ssh_config}", "tree/", f"{torch3}:tree/"))
+    got = ok(me.run("ssh", "-F", str(ssh_config), torch3, "cat tree/sub/a.txt"))
+    assert got == "rsync me\n"
+    out = ok(me.run("sftp", "-q", "-F", str(ssh_config), "-b", "-", torch3, input=b"ls tree\n"))
+    assert "sub" in out
 
 
 def test_user_key_opens_main1_only(me: User, torch3: str, ssh_config: Path) -> None:
