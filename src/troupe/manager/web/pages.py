@@ -1,7 +1,7 @@
 """The web UI's pages (server-rendered Jinja2), its sign-in, one live event stream per page,
 the launch dialog's capacity answer and the API docs served from local files.
 
-Pages read through the same functions as the REST API (``find_session``, ``session_info``,
+Pages read through the same functions as the REST API (``find_session``, ``session_infos``,
 ``list_agents``, ``list_images``), so they show what the CLI shows; everything that changes
 state goes through ``/v1`` from the browser, authenticated by the sign-in cookie.
 """
@@ -33,7 +33,7 @@ from troupe.manager.auth import user_for_key
 from troupe.manager.deps import DB, CurrentUser, RegistryDep, StreamsDep
 from troupe.manager.routes.misc import list_agents, list_images
 from troupe.manager.routes.sessions import find_session
-from troupe.manager.routes.views import session_info
+from troupe.manager.routes.views import session_columns, session_info, session_infos
 from troupe.manager.store.models import Folder, Session, User
 from troupe.manager.streams import SlotResponse
 from troupe.manager.web import signin, views
@@ -123,7 +123,7 @@ async def signout(request: Request) -> Response:
 # -- reading --------------------------------------------------------------------------------
 def visible(user: User) -> Any:
     """The sessions ``user`` may see: their own, or everyone's for admins."""
-    q = select(Session)
+    q = session_columns()
     return q if user.admin else q.where(Session.owner_id == user.id)
 
 
@@ -135,12 +135,11 @@ async def session_list(db: AsyncSession, user: User, finished: bool) -> list[Ses
         .order_by(Session.created_at.desc())
         .limit(PAGE)
     )
-    return [session_info(s) for s in (await db.execute(q)).scalars()]
+    return await session_infos(db, q)
 
 
 async def sessions_by_id(db: AsyncSession, user: User, ids: set[str]) -> list[SessionInfo]:
-    rows = await db.execute(visible(user).where(Session.id.in_(sorted(ids))))
-    return [session_info(s) for s in rows.scalars()]
+    return await session_infos(db, visible(user).where(Session.id.in_(sorted(ids))))
 
 
 async def one_session(db: AsyncSession, user: User, ref: str) -> SessionInfo:
