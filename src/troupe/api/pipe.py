@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from troupe.api.aio import until_first
 
@@ -37,7 +37,7 @@ class Pipe(Protocol):
     async def exit_code(self) -> int: ...
 
 
-def control(text: str) -> dict[str, object]:
+def control(text: str) -> dict[str, Any]:
     """A text frame as a dict (an empty one when it is no JSON object)."""
     try:
         data = json.loads(text)

@@ -21,10 +21,11 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urlencode
 
 from troupe.api.errors import TroupeError, from_wire
+from troupe.api.pipe import control
 
 if TYPE_CHECKING:
     from websockets.sync.client import ClientConnection
@@ -101,7 +102,7 @@ class PipeClient:
                 return None
             if isinstance(msg, bytes):
                 return msg
-            data = _control(msg)
+            data = control(msg)
             if isinstance(data.get("stderr"), str):
                 self._on_stderr(data["stderr"])
             elif "exit_code" in data:
@@ -130,14 +131,6 @@ class PipeClient:
         return PipeFailed(
             said or f"{what}: exit code {self.exit_code}", exit_code=self.exit_code or 1
         )
-
-
-def _control(text: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _feed(pipe: PipeClient, read: Callable[[], bytes]) -> None:

@@ -74,7 +74,7 @@ class RemotePipe:
             if isinstance(data.get("stderr"), str):
                 return STDERR, str(data["stderr"]).encode()
             with contextlib.suppress(ValueError, TypeError):
-                self._code = int(data["exit_code"])  # type: ignore[call-overload]
+                self._code = int(data["exit_code"])
         return None
 
     async def write(self, data: bytes) -> None:

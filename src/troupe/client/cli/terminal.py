@@ -11,19 +11,15 @@ import signal
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 if TYPE_CHECKING:
     from websockets.sync.client import ClientConnection
 
 
 def shell_url(api_url: str, ref: str, kernel: str) -> str:
-    base = api_url.rstrip("/")
-    if base.startswith("https://"):
-        base = "wss://" + base.removeprefix("https://")
-    elif base.startswith("http://"):
-        base = "ws://" + base.removeprefix("http://")
-    return f"{base}/v1/sessions/{quote(ref, safe='')}/shell?kernel={quote(kernel, safe='')}"
+    from troupe.client.pipe import session_path, ws_url
+
+    return ws_url(api_url, session_path(ref, "shell"), kernel=kernel)
 
 
 def _pump_stdin(conn: ClientConnection, fd: int, is_tty: bool) -> None:
