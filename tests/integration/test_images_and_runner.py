@@ -90,11 +90,25 @@ def test_entrypoint_runs_command_as_work_with_exit_code(docker_engine: None) -> 
     assert (code, out) == (4, "work\n")
 
 
-def _ready(*args: str, sshd: bool = True) -> tuple[int, str]:
-    """Runs ready.sh (under bash, as the entrypoint does) in a container of its own."""
-    mark = "mkdir -p /run/troupe && : > /run/troupe/sshd; " if sshd else ""
+def _ready(
+    *args: str, sshd: bool = True, start_sshd: bool = False, set_up: bool = True
+) -> tuple[int, str]:
+    """Runs ready.sh (under bash, as the entrypoint does) in a container of its own, on no
+    network; with ``sshd`` as a kernel that runs sshd (started first with ``start_sshd``), and
+    ``set_up`` as one whose entrypoint is done."""
+    mark = "mkdir -p /run/troupe; "
+    if set_up:
+        mark += ": > /run/troupe/started; "
+    if sshd:
+        mark += ": > /run/troupe/sshd; "
+    if start_sshd:
+        mark += (
+            "mkdir -p /run/sshd && ssh-keygen -q -t ed25519 -N '' -f /tmp/hk"
+            " && /usr/sbin/sshd -p 2200 -h /tmp/hk; "
+        )
     r = docker(
-        *("run", "--rm", "--network", "none", "-v", f"{runner_dir()}:/opt/troupe:ro"),
+        *("run", "--rm", "--network", "none", "--add-host", "ghost:10.254.254.254"),
+        *("-v", f"{runner_dir()}:/opt/troupe:ro"),
         *("--entrypoint", "/bin/bash", BASE_IMAGE, "-c"),
         f'{mark}exec bash /opt/troupe/ready.sh "$@"',
         "ready",
@@ -105,11 +119,18 @@ def _ready(*args: str, sshd: bool = True) -> tuple[int, str]:
 
 
 def test_ready_reports_at_once_without_peers_and_names_what_is_missing(docker_engine: None) -> None:
-    """The readiness report the agent reads from a kernel's log: at once with no peer; on
-    time-out, which peer's name or sshd was missing."""
-    assert _ready("5") == (0, "troupe: ready\n")
-    code, out = _ready("1", "nosuchpeer")
-    assert code == 1 and out == "troupe: not ready after 1s: waiting for name:nosuchpeer\n"
-    code, out = _ready("1", "localhost")  # resolves, but nothing listens on 2200
-    assert code == 1 and out.endswith("waiting for ssh:localhost:2200\n"), out
-    assert _ready("1", "localhost", sshd=False) == (0, "troupe: ready\n")  # names only
+    """The readiness report the agent reads from a kernel's log: at once when this kernel's
+    sshd listens and every peer answers; on time-out, what was missing: this kernel's sshd, a
+    peer's name, or a peer that resolves but does not answer."""
+    assert _ready("5", sshd=False) == (0, "troupe: ready\n")
+    code, out = _ready("1", sshd=False, set_up=False)  # the entrypoint is not done
+    assert code == 1 and out == "troupe: not ready after 1s: waiting for set-up\n", out
+    assert _ready("5", start_sshd=True) == (0, "troupe: ready\n")
+    code, out = _ready("1")  # runs sshd, but nothing listens on 2200
+    assert code == 1 and out == "troupe: not ready after 1s: waiting for ssh:2200\n", out
+    code, out = _ready("1", "nosuchpeer", "127.0.0.1", sshd=False)
+    assert code == 1 and out == "troupe: not ready after 1s: waiting for name:nosuchpeer\n", out
+    code, out = _ready("1", "ghost", sshd=False)  # resolves, but no route on this network
+    assert code == 1 and out == "troupe: not ready after 1s: waiting for net:ghost\n", out
+    # a peer answers when it refuses the probe (nothing listens on port 1 of 127.0.0.1)
+    assert _ready("5", "127.0.0.1", start_sshd=True) == (0, "troupe: ready\n")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import shlex
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -98,11 +100,18 @@ def test_three_kernels_env_ssh_and_entry_paths(server: Server) -> None:
         assert all(k.ip and k.container_id for k in detail.kernels)
         code, out = sh(c, name, "ls /sys/class/net | grep -v '^lo$' | wc -l")
         assert out.strip() == "1"
-        # the kernels' files came as an archive the agent removed once they started
-        assert not list(FILES_DIR.glob(f"troupe-{info.id[:12]}*")), list(FILES_DIR.iterdir())
+        # the kernels' files came as an archive bind-mounted from the agent's tmpfs; it stays
+        # while the kernel lives, so that the engine's own copy (docker cp) still works
+        archives = sorted(p.name for p in FILES_DIR.glob(f"troupe-{info.id[:12]}*"))
+        assert archives == [f"troupe-{info.id[:12]}-{h}.tar" for h in sorted(hosts)]
+        main1 = next(k.container_id for k in detail.kernels if k.hostname == "main1")
+        with tempfile.TemporaryDirectory() as tmp:
+            docker("cp", f"{main1}:/etc/hostname", f"{tmp}/hostname")
+            assert Path(tmp, "hostname").read_text() == "main1\n"
     finally:
         c.destroy_session(name)
     assert labelled("container", info.id) == [] and labelled("network", info.id) == []
+    assert not list(FILES_DIR.glob(f"troupe-{info.id[:12]}*")), list(FILES_DIR.iterdir())
 
 
 def test_session_keys_do_not_open_other_sessions(server: Server) -> None:

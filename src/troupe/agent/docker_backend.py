@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import resource
-import tempfile
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -78,23 +77,39 @@ def nofile_limit(wanted: int) -> int:
     return wanted
 
 
-#: Where kernels' files archives wait for their containers to start: tmpfs, so the session's
-#: keys in them never reach a disk; each is removed once its container started.
+#: Where kernels' files archives live while their containers do: tmpfs, so the session's keys
+#: in them never reach a disk. One file per container, named after it and removed with it: the
+#: container's bind mount needs it only to start, but the engine mounts every bind again for
+#: ``docker cp`` and refuses if a source is gone.
 FILES_DIR = Path("/run/troupe-agent")
+
+
+def files_path(container_name: str) -> Path:
+    return FILES_DIR / f"{container_name}.tar"
 
 
 def files_tar(spec: KernelSpec) -> Path | None:
     """The kernel's files archive written to a new private file in FILES_DIR; None when that
     cannot be written (then the engine's archive upload is used)."""
+    path = files_path(spec.container_name)
     try:
         FILES_DIR.mkdir(mode=0o700, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f"{spec.container_name}-", suffix=".tar", dir=FILES_DIR)
+        path.unlink(missing_ok=True)  # left by a container of that name that was not removed
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except OSError as e:
         log.warning("kernel files go through the engine: %s: %s", FILES_DIR, e.strerror or e)
         return None
     with os.fdopen(fd, "wb") as f:
         f.write(files_archive(spec.files))
-    return Path(name)
+    return path
+
+
+def remove_files(session_id: str) -> None:
+    """Removes the files archives of a session's containers (also of those never created)."""
+    with contextlib.suppress(OSError):
+        for path in FILES_DIR.glob(f"troupe-{session_id[:12]}-*.tar"):
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 class DockerAgent:
@@ -282,16 +297,17 @@ class DockerAgent:
 
     async def _create_kernel(self, spec: KernelSpec) -> KernelStarted:
         """The kernel's files go in as a read-only bind mount of their archive, which the
-        entrypoint unpacks; through the engine's archive upload where FILES_DIR is not ours."""
+        entrypoint unpacks; through the engine's archive upload where FILES_DIR is not ours.
+        The archive stays until the container is removed (:meth:`remove_kernels`)."""
         folders = self.folders_root
         for m in spec.mounts:
             (folders / m.folder_id).mkdir(parents=True, exist_ok=True)
             folder_path(folders, m)  # again, now that it exists
         tar = files_tar(spec) if spec.files else None
+        config = container_config(
+            spec, runner_dir(), str(folders), self.limits, str(tar) if tar else None
+        )
         try:
-            config = container_config(
-                spec, runner_dir(), str(folders), self.limits, str(tar) if tar else None
-            )
             with step(kernel=spec.hostname):
                 container = await self.docker.containers.create(config, name=spec.container_name)
                 if spec.files and tar is None:
@@ -300,9 +316,10 @@ class DockerAgent:
                     )
                 await container.start()
                 info = await container.show()
-        finally:
-            if tar is not None:  # the started container's mount keeps the file
-                tar.unlink(missing_ok=True)
+        except BaseException:
+            # (a container made before the failure goes with the rollback)
+            files_path(spec.container_name).unlink(missing_ok=True)
+            raise
         if not info["State"].get("Running"):
             tail = await klogs.last_lines(self.docker, info["Id"], START_FAILURE_LINES)
             detail = " ".join(line.strip() for line in tail)
@@ -356,7 +373,9 @@ class DockerAgent:
             return host, text
 
         containers = await self._containers(f"{LABEL_SESSION}={session_id}")
-        return dict(await asyncio.gather(*(remove(c) for c in containers)))
+        logs = dict(await asyncio.gather(*(remove(c) for c in containers)))
+        remove_files(session_id)
+        return logs
 
     async def list_kernels(self) -> list[KernelState]:
         """All troupe containers on this engine (for reconciliation after restarts)."""

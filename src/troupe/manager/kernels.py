@@ -90,6 +90,8 @@ def work_home(plan: SessionPlan, hosts: list[str], known_hosts: str) -> list[Fil
         FileSpec(path=AUTHORIZED_KEYS, content=plan.ssh_public_key + "\n", **mine),
         FileSpec(path=f"{ssh}/config", content=ssh_client_config_text(hosts), **mine),
         FileSpec(path=f"{ssh}/known_hosts", content=known_hosts, **mine),
+        # empty: the entrypoint writes the session's variables into it (owner and mode stay)
+        FileSpec(path=f"{ssh}/environment", content="", **mine),
     ]
 
 

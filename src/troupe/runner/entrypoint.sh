@@ -8,8 +8,9 @@
 #   3. sshd on port 2200 with the session's host key (if the image has sshd);
 #   4. the environment files that make the same variables visible to `exec` (exec.sh),
 #      login shells (/etc/profile.d) and SSH commands (~/.ssh/environment);
-#   5. "troupe: started" on the kernel's output, and ready.sh in the background, which says
-#      "troupe: ready" once every peer is reachable; the agent reads both from the log.
+#   5. "troupe: started" on the kernel's output; ready.sh, started in the background at the
+#      beginning, says "troupe: ready" once this is done and every peer is reachable; the
+#      agent reads both lines from the log.
 # Start-up speed matters (a session is RUNNING when its slowest kernel is ready, and a kernel
 # may have a small share of a core): shell builtins wherever they do, few processes.
 # Settings come from /home/config/kernel.conf, put into the container by the agent.
@@ -23,7 +24,9 @@ _troupe_wait_go=0
 _troupe_chown=""
 _troupe_ready_timeout=300
 _troupe_root=0
-if [ "$(id -u)" = 0 ]; then _troupe_root=1; fi
+while read -r _troupe_k _troupe_real _troupe_eff _troupe_rest; do # (no `id -u` process)
+  case $_troupe_k in Uid:) [ "$_troupe_eff" = 0 ] && _troupe_root=1; break ;; esac
+done < /proc/self/status
 # 0. The kernel's files (kernel.conf, ~work/.ssh, the host key, ...), with their owners and
 #    modes: the agent bind-mounts them as a tar (or, for an image that does not start as root,
 #    puts them into the container before it starts).
@@ -32,6 +35,19 @@ if [ -f /opt/troupe-files.tar ] && [ "$_troupe_root" = 1 ]; then
 fi
 if [ -f "$_troupe_conf/kernel.conf" ]; then . "$_troupe_conf/kernel.conf"; fi
 [ -d "$_troupe_run" ] || mkdir -p "$_troupe_run"
+_troupe_shell=/bin/sh
+if [ -x /bin/bash ]; then _troupe_shell=/bin/bash; fi
+
+# 0b. Readiness, in the background from here on: ready.sh probes the peers while this script
+#     sets the kernel up, and says "troupe: ready" only once it is (the `started` marker).
+_troupe_peers=""
+_troupe_ifs=$IFS
+IFS=,
+for _troupe_h in ${BACKENDAI_CLUSTER_HOSTS:-}; do
+  [ "$_troupe_h" = "${BACKENDAI_CLUSTER_HOST:-}" ] || _troupe_peers="$_troupe_peers $_troupe_h"
+done
+IFS=$_troupe_ifs
+"$_troupe_shell" "$_troupe_dir/ready.sh" "$_troupe_ready_timeout" $_troupe_peers >&2 &
 
 # Whether file $1 has a line starting with "$2:" (no grep: one process less).
 _troupe_has() {
@@ -70,8 +86,6 @@ if [ "${BACKENDAI_CLUSTER_SIZE:-1}" != 1 ] && [ "$_troupe_nifs" -gt 1 ] \
 fi
 
 # 2. User work (appended like useradd -o would, without its locking and helpers).
-_troupe_shell=/bin/sh
-if [ -x /bin/bash ]; then _troupe_shell=/bin/bash; fi
 if [ "$_troupe_root" = 1 ]; then
   _troupe_has /etc/group work || echo "work:x:$_troupe_gid:" >> /etc/group
   if ! _troupe_has /etc/passwd work; then
@@ -96,32 +110,42 @@ if [ -f "$_troupe_conf/ssh/sshd_config" ] && [ "$_troupe_root" = 1 ]; then
   fi
 fi
 
-# 4. Environment files (written before the command starts, so every entry path sees the same).
-_troupe_skip='HOME|PWD|OLDPWD|SHLVL|USER|LOGNAME|SHELL|MAIL|TERM|_'
-_troupe_umask=$(umask)
-umask 022
-export -p | grep -Ev "^(export|declare -x) ($_troupe_skip)=" > "$_troupe_run/environ.sh"
-if [ -d /etc/profile.d ] && [ -w /etc/profile.d ]; then
-  echo '[ -r /run/troupe/environ.sh ] && . /run/troupe/environ.sh' > /etc/profile.d/zz-troupe.sh
+# 4. Environment files (written before the command starts, so every entry path sees the same):
+#    /run/troupe/environ.sh (the shell's `export -p`, sourced by exec.sh and login shells) and
+#    ~/.ssh/environment (NAME=value, read by sshd; it came empty, with its owner and mode).
+#    Both in one pass over `export -p` with builtins: no grep/env/chown processes.
+_troupe_skip=' HOME PWD OLDPWD SHLVL USER LOGNAME SHELL MAIL TERM _ '
+_troupe_sshenv=/dev/null
+if [ -f /home/work/.ssh/environment ] && [ "$_troupe_root" = 1 ]; then
+  _troupe_sshenv=/home/work/.ssh/environment
 fi
-if [ -d /home/work/.ssh ] && [ "$_troupe_root" = 1 ]; then
-  umask 077
-  env | grep -E '^[A-Za-z_][A-Za-z0-9_]*=' | grep -Ev "^($_troupe_skip)=" > /home/work/.ssh/environment
-  chown "$_troupe_uid:$_troupe_gid" /home/work/.ssh/environment
-fi
-umask "$_troupe_umask"
-: > "$_troupe_run/started"
+_troupe_envfiles() {
+  while IFS= read -r _troupe_line || [ -n "$_troupe_line" ]; do
+    _troupe_name=""
+    case $_troupe_line in
+      "export "*) _troupe_name=${_troupe_line#export } ;;
+      "declare -x "*) _troupe_name=${_troupe_line#declare -x } ;;
+    esac
+    case $_troupe_name in # (none: a line of a multi-line value; no "=": no value; kept)
+      *=*)
+        _troupe_name=${_troupe_name%%=*}
+        case $_troupe_skip in *" $_troupe_name "*) continue ;; esac
+        eval "_troupe_value=\${$_troupe_name}"
+        printf '%s=%s\n' "$_troupe_name" "$_troupe_value" >&3
+        ;;
+    esac
+    printf '%s\n' "$_troupe_line"
+  done
+}
+(
+  umask 022 # (in a subshell: the command keeps the umask it would have had)
+  export -p | _troupe_envfiles > "$_troupe_run/environ.sh" 3> "$_troupe_sshenv"
+  if [ -d /etc/profile.d ] && [ -w /etc/profile.d ]; then
+    echo '[ -r /run/troupe/environ.sh ] && . /run/troupe/environ.sh' > /etc/profile.d/zz-troupe.sh
+  fi
+)
 echo "troupe: started" >&2
-
-# 5. Readiness, in the background: every peer's name and sshd.
-_troupe_peers=""
-_troupe_ifs=$IFS
-IFS=,
-for _troupe_h in ${BACKENDAI_CLUSTER_HOSTS:-}; do
-  [ "$_troupe_h" = "${BACKENDAI_CLUSTER_HOST:-}" ] || _troupe_peers="$_troupe_peers $_troupe_h"
-done
-IFS=$_troupe_ifs
-"$_troupe_shell" "$_troupe_dir/ready.sh" "$_troupe_ready_timeout" $_troupe_peers >&2 &
+: > "$_troupe_run/started" # (after the line: ready.sh's line must come later in the log)
 
 # 6. The command, as user work. A batch main1 waits until the session is ready.
 if [ "$_troupe_wait_go" = 1 ]; then
@@ -130,7 +154,7 @@ fi
 if [ $# -eq 0 ]; then set -- /bin/sh -c 'while :; do sleep 86400; done'; fi
 cd /home/work 2>/dev/null || cd /
 if [ "$_troupe_root" = 1 ] && command -v setpriv >/dev/null 2>&1; then
-  exec setpriv --reuid="$_troupe_uid" --regid="$_troupe_gid" --init-groups \
-    env HOME=/home/work USER=work LOGNAME=work "$@"
+  export HOME=/home/work USER=work LOGNAME=work
+  exec setpriv --reuid="$_troupe_uid" --regid="$_troupe_gid" --init-groups "$@"
 fi
 exec "$@"

@@ -1,54 +1,115 @@
 #!/bin/sh
-# Readiness of one kernel, started in the background by entrypoint.sh once the kernel is set up:
+# Readiness of one kernel, started in the background by entrypoint.sh as it begins:
 #   ready.sh TIMEOUT_SECONDS PEER...
-# Prints "troupe: ready" on the kernel's output once every peer's name resolves and, when this
-# kernel runs sshd (then its peers, of the same image, do too), every peer's port 2200 accepts
-# connections. The agent reads that line from the container's log: no exec round trips. On
-# time-out it prints "troupe: not ready after Ns: waiting for ..." instead.
-# Under bash (used when the image has it) a check is a builtin redirection to /dev/tcp, which
-# also resolves the name: no process per peer and round. Peers found are not checked again.
+# Prints "troupe: ready" on the kernel's output once
+#   - the entrypoint set the kernel up (/run/troupe/started), and
+#   - this kernel's sshd (if it started one) listens on port 2200 of every address, and
+#   - every peer's name resolves and the peer's address answers on the session network.
+# The session is RUNNING when every kernel said so: then every kernel resolves every peer and
+# reaches every peer's sshd (each sshd listens on all addresses and filters no source; session
+# networks filter no port). The agent reads the line from the container's log: no exec round
+# trips. On time-out it prints "troupe: not ready after Ns: waiting for ..." instead.
+# A peer is probed on PROBE_PORT, where nothing listens: its refusal comes from the peer's own
+# network stack and is as good as an accepted connection, and it is nearly free. A connection to
+# the peer's sshd is not: sshd forks and re-executes itself for each one (10-15 ms of CPU), and
+# N x (N-1) of them took most of the CPU of a start-up at 8 kernels on 2 cores.
+# Under bash (used when the image has it) a probe is a builtin redirection to /dev/tcp, which
+# also resolves the name: no process per peer and round. Peers found are not probed again.
 _timeout=$1
 shift
-_ssh=0
-[ -e /run/troupe/sshd ] && _ssh=1
+PROBE_PORT=1
+_err=/run/troupe/ready.err
+# bash's own messages (why a connection failed) in English
+LC_ALL=C
+export LC_ALL
 
-reachable() {
-  if [ "$_ssh" = 0 ]; then
-    getent hosts "$1" >/dev/null 2>&1
-  elif [ -n "${BASH_VERSION:-}" ]; then
-    { : 3<>"/dev/tcp/$1/2200"; } 2>/dev/null
+# sshd_listens: a socket of this kernel listens on port 2200 (hex 0898, state 0A in
+# /proc/net/tcp): read from the kernel's table, without a connection (see above).
+sshd_listens() {
+  while read -r _sl _local _remote _st _rest; do
+    case "$_local $_st" in *:0898" 0A") return 0 ;; esac
+  done < /proc/net/tcp
+  return 1
+}
+
+# answers HOST: HOST's name resolves and its address accepts or refuses a connection.
+answers() {
+  if [ -n "${BASH_VERSION:-}" ]; then
+    { : 3<>"/dev/tcp/$1/$PROBE_PORT"; } 2>"$_err" && return 0
+    read -r _line < "$_err" || return 1
+    case $_line in *"Connection refused"*) return 0 ;; esac
+    return 1
   elif command -v python3 >/dev/null 2>&1; then
-    python3 -c "import socket,sys; socket.create_connection((sys.argv[1], 2200), 2).close()" "$1" 2>/dev/null
+    python3 -c "
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), 2).close()
+except ConnectionRefusedError:
+    pass" "$1" "$PROBE_PORT" 2>/dev/null
   else
     getent hosts "$1" >/dev/null 2>&1
   fi
 }
 
+# pause SECONDS: under bash a builtin read that times out on a pipe no one writes to, so a poll
+# round starts no process (an external sleep per round and kernel added up to a third of a
+# second of CPU at 8 kernels); elsewhere sleep(1).
+if [ -n "${BASH_VERSION:-}" ] && eval 'exec 4<> <(:)'; then
+  pause() { read -r -t "$1" -u 4 _; }
+else
+  pause() { sleep "$1" 2>/dev/null || sleep 1; }
+fi
+
+# now: seconds into _now (under bash without a subshell: no fork per round)
 now() {
-  if [ -n "${BASH_VERSION:-}" ]; then echo "$SECONDS"; else date +%s; fi
+  if [ -n "${BASH_VERSION:-}" ]; then _now=$SECONDS; else _now=$(date +%s); fi
 }
 
-_end=$(( $(now) + _timeout ))
-_delay=0.01
+now
+_end=$(( _now + _timeout ))
 _missing="$*"
+_set_up=0 # whether the entrypoint is done (then whether it started sshd is known)
+_sshd_up=0
+_last=0
+_gap=10  # ms between peer probes: 10, 20, then 50
+_wait=0  # ms until the next probe
 while :; do
-  _left=""
-  for _h in $_missing; do
-    reachable "$_h" || _left="$_left $_h"
-  done
-  _missing=$_left
-  if [ -z "$_missing" ]; then
+  now
+  [ "$_now" -lt "$_end" ] || _last=1
+  if [ "$_set_up" = 0 ] && [ -e /run/troupe/started ]; then
+    _set_up=1
+    [ -e /run/troupe/sshd ] || _sshd_up=1
+  fi
+  if [ "$_set_up" = 1 ] && [ "$_sshd_up" = 0 ] && sshd_listens; then _sshd_up=1; fi
+  if [ "$_wait" -le 0 ] || [ "$_last" = 1 ]; then
+    _left=""
+    _stop=0
+    for _h in $_missing; do
+      # Up to the first peer that does not answer yet (all of them in the last round): peers
+      # start at about the same time, and a name not known yet costs a DNS round trip
+      # through the engine each time it is asked.
+      if [ "$_stop" = 0 ] && answers "$_h"; then continue; fi
+      _stop=$(( 1 - _last ))
+      _left="$_left $_h"
+    done
+    _missing=$_left
+    _wait=$_gap
+    case $_gap in 10) _gap=20 ;; *) _gap=50 ;; esac
+  fi
+  if [ -z "$_missing" ] && [ "$_sshd_up" = 1 ]; then
     echo "troupe: ready"
     exit 0
   fi
-  if [ "$(now)" -ge "$_end" ]; then
+  if [ "$_last" = 1 ]; then
     _why=""
+    if [ "$_set_up" = 0 ]; then _why=" set-up"; elif [ "$_sshd_up" = 0 ]; then _why=" ssh:2200"; fi
     for _h in $_missing; do
-      if getent hosts "$_h" >/dev/null 2>&1; then _why="$_why ssh:$_h:2200"; else _why="$_why name:$_h"; fi
+      if getent hosts "$_h" >/dev/null 2>&1; then _why="$_why net:$_h"; else _why="$_why name:$_h"; fi
     done
     echo "troupe: not ready after ${_timeout}s: waiting for$_why"
     exit 1
   fi
-  sleep "$_delay" 2>/dev/null || sleep 1
-  case $_delay in 0.01) _delay=0.02 ;; *) _delay=0.05 ;; esac
+  # the entrypoint's marker is looked for every 10 ms, peers probed as above
+  pause 0.01
+  _wait=$(( _wait - 10 ))
 done
