@@ -283,6 +283,15 @@ PHASE_ORIGIN = {
 }
 
 
+def busy_seconds() -> float:
+    """CPU time the whole machine has spent so far (all cores, all processes), in seconds:
+    the difference over a start-up says how much work it took, which on a machine with few
+    cores is what its time mostly depends on (Linux: /proc/stat)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
 class RunLike(Protocol):
     method: str
     n: int
@@ -291,6 +300,8 @@ class RunLike(Protocol):
     error: str | None
     phases: dict[str, float]
     kernel_phases: dict[str, dict[str, float]]
+    #: the machine's CPU seconds (all cores) from the request until ready
+    cpu_s: float | None
 
 
 def summarize(runs: Sequence[RunLike], methods: Sequence[str]) -> dict[str, Any]:
@@ -303,6 +314,7 @@ def summarize(runs: Sequence[RunLike], methods: Sequence[str]) -> dict[str, Any]
             stats.setdefault(m, {})[str(n)] = {
                 "up": summary([r.up_s for r in ok if r.up_s is not None]),
                 "down": summary([r.down_s for r in ok if r.down_s is not None]),
+                "cpu": summary([r.cpu_s for r in ok if r.cpu_s is not None]),
                 "failed": len(these) - len(ok),
                 "phases": phase_medians(ok),
             }
@@ -342,16 +354,18 @@ def _s(x: float | None, unit: str = "") -> str:
 def print_tables(title: str, result: dict[str, Any], console: Console | None = None) -> None:
     """The summary as Rich tables: times, ratios, and per method its phase medians."""
     console = console or Console()
-    t = Table(title=title)
-    for col in ("method", "N", "ok", "up median", "up p90", "down median", "down p90"):
+    t = Table(title=title, caption="CPU up: the machine's CPU seconds (all cores), median")
+    heads = ("method", "N", "ok", "up median", "up p90", "down median", "down p90", "CPU up")
+    for col in heads:
         t.add_column(col, justify="left" if col == "method" else "right")
     for m, per_n in result["stats"].items():
         for n, s in per_n.items():
             ok = str(s["up"]["n"]) + (f" ({s['failed']} failed)" if s["failed"] else "")
-            up, down = s["up"], s["down"]
+            up, down, cpu = s["up"], s["down"], s.get("cpu") or {}
             t.add_row(
-                m, n, ok, _s(up["median"]), _s(up["p90"]), _s(down["median"]), _s(down["p90"])
-            )
+                m, n, ok, _s(up["median"]), _s(up["p90"]), _s(down["median"]), _s(down["p90"]),
+                _s(cpu.get("median")),
+            )  # fmt: skip
     console.print(t)
     if result["ratios"]:
         cols = [

@@ -50,6 +50,7 @@ from common import (
     ROOT,
     RUN_LABEL,
     TroupeServer,
+    busy_seconds,
     destroy_all,
     docker,
     engine_events,
@@ -117,6 +118,7 @@ class Run:
     round: int
     up_s: float | None = None
     down_s: float | None = None
+    cpu_s: float | None = None
     error: str | None = None
     #: phase -> seconds since the start (floor) or since the session's created_at (troupe)
     phases: dict[str, float] = field(default_factory=dict)
@@ -134,7 +136,7 @@ async def floor(dk: aiodocker.Docker, n: int, o: Opts, run: Run, tag: str) -> No
     ips = hosts[1 : n + 1]
     containers: list[Any] = []
     net = None
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), busy_seconds()
     try:
         net = await dk.networks.create(
             {
@@ -180,6 +182,7 @@ async def floor(dk: aiodocker.Docker, n: int, o: Opts, run: Run, tag: str) -> No
             raise errors[0]
         times = [g for g in got if not isinstance(g, BaseException)]
         run.up_s = max(t[2] for t in times) - t0
+        run.cpu_s = busy_seconds() - cpu0
         run.phases = {
             "network": t_net - t0,
             "created": max(t[0] for t in times) - t0,
@@ -240,12 +243,13 @@ async def compose(n: int, o: Opts, run: Run, tag: str) -> None:
     path = o.workdir / f"{project}.yml"
     path.write_text(json.dumps(compose_file(n, o, subnet, ips), indent=1))  # JSON is YAML
     base = ["docker-compose", "--ansi", "never", "-p", project, "-f", str(path)]
-    wall0, t0 = time.time(), time.perf_counter()
+    wall0, t0, cpu0 = time.time(), time.perf_counter(), busy_seconds()
     try:
         await compose_cmd(base, "up", "-d", "--no-color", "--quiet-pull")
         t_up = time.perf_counter()
         t_ready = await wait_ports(ips, SSH_PORT, o.timeout, o.poll)
         run.up_s = t_ready - t0
+        run.cpu_s = busy_seconds() - cpu0
         run.phases = {"up_exit": t_up - t0, "ready": run.up_s}
         healthy = await compose_healthy(project, n, wall0)
         if healthy is not None:
@@ -302,7 +306,7 @@ async def troupe(
         "resources": {"cpu": o.cpu, "mem": o.mem},
     }
     async with server.client() as api:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), busy_seconds()
         r = await api.post("/sessions", json=body)
         if r.status_code != 201:
             raise RuntimeError(f"POST /sessions: {r.status_code} {r.text[:500]}")
@@ -315,6 +319,7 @@ async def troupe(
             if info["status"] != "RUNNING":
                 raise RuntimeError(f"session {info['status']}: {info.get('status_info')}")
             run.up_s = t_run - t0
+            run.cpu_s = busy_seconds() - cpu0
             run.phases = {k: float(v) for k, v in (info.get("phases") or {}).items()}
             run.kernel_phases = {
                 k["hostname"]: {p: float(v) for p, v in k["phases"].items()}

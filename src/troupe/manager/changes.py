@@ -1,7 +1,8 @@
 """Who waits on status changes: ``/wait`` long-polls, the scheduler, live views.
 
 Changes are published only after the transaction that made them commits (see
-:mod:`troupe.manager.store.unit`), so a waiter that re-reads the database sees them.
+:mod:`troupe.manager.store.unit`), so a waiter that re-reads the database sees them. Subscribe
+before reading the state a waiter starts from, so that no change is missed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from troupe.api.lifecycle import Change
 
 class ChangeBus:
     def __init__(self) -> None:
-        self._event = asyncio.Event()
         self._queues: set[asyncio.Queue[Change]] = set()
 
     def publish(self, changes: Sequence[Change]) -> None:
@@ -24,12 +24,6 @@ class ChangeBus:
         for q in self._queues:
             for c in changes:
                 q.put_nowait(c)
-        event, self._event = self._event, asyncio.Event()
-        event.set()
-
-    def next_change(self) -> asyncio.Event:
-        """Set at the next publish; take it *before* reading state to miss nothing."""
-        return self._event
 
     @contextlib.contextmanager
     def subscribe(self) -> Iterator[asyncio.Queue[Change]]:

@@ -89,25 +89,33 @@ class Registry:
         return await self.life.session(session_id)
 
     async def wait_for(
-        self, session_id: str, until: Callable[[Session], bool], timeout: float
+        self, session_id: str, until: Callable[[SessionStatus], bool], timeout: float
     ) -> Session:
-        """The session once ``until`` holds or ``timeout`` passed; holds no database
-        connection while it waits."""
+        """The session once its status satisfies ``until``, or when ``timeout`` passed. Reads
+        the database when it begins and when it ends only: the statuses in between come from
+        the change bus (a waiter that reloaded the session on every change of any session
+        took the event loop from the sessions being started). Holds no database connection
+        while it waits."""
         deadline = time.monotonic() + timeout
-        while True:
-            changed = self.store.bus.next_change()
-            s = await self.get(session_id)
-            remaining = deadline - time.monotonic()
-            if until(s) or remaining <= 0:
-                return s
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):  # not wait_for: it can swallow a cancel
-                    await changed.wait()
+        with self.store.bus.subscribe() as changes:  # before reading: miss nothing
+            status = await self.life.status(session_id)
+            while not until(status):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    async with asyncio.timeout(remaining):  # not wait_for: it can swallow a cancel
+                        c = await changes.get()
+                except TimeoutError:
+                    break
+                if c.kind == "session" and c.id == session_id:
+                    status = S(c.new)
+        return await self.get(session_id)
 
     # -- the steps ---------------------------------------------------------------
     async def create(self, owner: User, req: SessionCreate) -> Session:
-        session_id = await admission.admit(self.life, owner, req)
-        return await self.get(session_id)
+        """The new PENDING session, as stored (its ``owner`` is not loaded: use ``owner``)."""
+        return await admission.admit(self.life, owner, req)
 
     async def destroy(self, session_id: str) -> Session:
         await self.end(session_id, S.TERMINATED, {"reason": "destroyed by user"})
@@ -159,6 +167,10 @@ class Registry:
         last_sweep = time.monotonic()
         last_retention = -retention.INTERVAL  # a first sweep at start
         next_pass = 5.0
+        # Heartbeats are checked at most this often, not on every wake-up: a pass that places
+        # a new session is on the way to its start.
+        check_every = min(1.0, self.config.agent_timeout / 3)
+        last_check = -check_every
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(next_pass):  # not wait_for: it can swallow a cancel
@@ -166,7 +178,9 @@ class Registry:
             self._wake.clear()
             next_pass = min(5.0, self.config.agent_timeout / 3)
             try:
-                await self.fleet.check()
+                if time.monotonic() - last_check >= check_every:
+                    last_check = time.monotonic()
+                    await self.fleet.check()
                 result = await placing.place_pending(self.life)
                 if result.next_due is not None:
                     next_pass = min(next_pass, result.next_due)

@@ -83,8 +83,9 @@ def _refuse(refusal: quotas.Refusal | None) -> None:
         raise QuotaExceeded(refusal.message, field=refusal.field)
 
 
-async def admit(life: Life, owner: User, req: SessionCreate) -> str:
-    """Stores the session PENDING and returns its id; raises a domain error if it can't be."""
+async def admit(life: Life, owner: User, req: SessionCreate) -> Session:
+    """Stores the session PENDING and returns it (with its kernels, as stored: no second read
+    on the way to the scheduler); raises a domain error if it can't be."""
     if req.cluster_size > life.config.max_cluster_size:
         raise Invalid.field_rule("cluster_size", f"must be at most {life.config.max_cluster_size}")
     limits = quotas.limits_of(life.config, owner)
@@ -130,21 +131,22 @@ async def admit(life: Life, owner: User, req: SessionCreate) -> str:
         )
     session_id = str(uuid.uuid4())
 
-    async def store(db: AsyncSession) -> None:
+    async def store(db: AsyncSession) -> Session:
         user = await db.get(User, owner.id, populate_existing=True)
         if user is None or user.deleted_at is not None:
             raise Unauthorized("this user was deleted")
         if not user.admin:  # fresh limits: an admin may have changed them meanwhile
             used = await active_usage(db, user.id)
             _refuse(quotas.check(quotas.limits_of(life.config, user), used, _ask(req)))
-        db.add(new_session(session_id, owner, req, folders, changes_of(db)))
+        s = new_session(session_id, owner, req, folders, changes_of(db))
+        db.add(s)
+        return s
 
     try:
         async with owner_lock(owner.id):
-            await life.store.write(store)
+            return await life.store.write(store)
     except IntegrityError:
         raise _name_taken(req.name) from None
-    return session_id
 
 
 def new_session(

@@ -132,8 +132,16 @@ async def prepare(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] |
 
 
 async def _begin(life: Life, session_id: str) -> Plan | None:
-    """SCHEDULED -> PREPARING, with the network planned (bridge or overlay, its creator)."""
+    """SCHEDULED -> PREPARING, with the network planned (bridge or overlay, its creator); on
+    one host also with its subnet claimed, in the same transaction (one fewer on the way to
+    the start; see :func:`_create_network`)."""
+    try:
+        return await _begin_step(life, session_id, claim=True)
+    except IntegrityError:  # another session took that subnet a moment ago: claim it later
+        return await _begin_step(life, session_id, claim=False)
 
+
+async def _begin_step(life: Life, session_id: str, claim: bool) -> Plan | None:
     async def step(db: AsyncSession) -> Plan | None:
         s = await load(db, session_id)
         if s.status != S.SCHEDULED:
@@ -154,11 +162,14 @@ async def _begin(life: Life, session_id: str) -> Plan | None:
         net = plan_network(nets, agent_ids, with_folders=bool(s.mounts))
         s.network = f"troupe-{session_id[:12]}"
         transition(s, S.PREPARING, changes_of(db))
+        subnet = ""
+        if claim and set(agent_ids) <= {net.creator}:
+            s.subnet = subnet = await _free_subnet(life, db, [])
         spec = NetworkSpec(
             name=s.network,
             session_id=s.id,
             owner=s.owner_id,
-            subnet="",
+            subnet=subnet,
             internal=s.isolated_network,
             driver=net.driver,
             mtu=net.mtu,
@@ -168,8 +179,23 @@ async def _begin(life: Life, session_id: str) -> Plan | None:
     return await life.store.write(step)
 
 
+async def _free_subnet(life: Life, db: AsyncSession, used: list[str]) -> str:
+    """A subnet of the pool that no allocated session holds and that is not in ``used``."""
+    rows = await db.execute(
+        select(Session.subnet).where(
+            Session.status.in_(SESSION_ALLOCATED), Session.subnet.is_not(None)
+        )
+    )
+    return free_subnet(
+        life.config.subnet_pool,
+        life.config.subnet_prefix,
+        [*used, *(x for x in rows.scalars() if x)],
+    )
+
+
 async def _create_network(life: Life, session_id: str, plan: Plan) -> None:
-    """Picks a free subnet (the database's unique index settles races) and creates it."""
+    """Creates the network in the subnet claimed with the plan, or picks and claims a free one
+    first (the database's unique index settles races); picks again if the engine refuses it."""
     # One engine: its own refusal ("overlaps") says when a subnet is taken, so it is not asked
     # first (a round trip on every start). Several: an overlay must also miss the subnets of
     # the other hosts' networks, which their engines do not check: ask them all, at once.
@@ -180,16 +206,7 @@ async def _create_network(life: Life, session_id: str, plan: Plan) -> None:
         used = [subnet for subnets in per_host for subnet in subnets]
 
     async def claim(db: AsyncSession) -> str:
-        rows = await db.execute(
-            select(Session.subnet).where(
-                Session.status.in_(SESSION_ALLOCATED), Session.subnet.is_not(None)
-            )
-        )
-        subnet = free_subnet(
-            life.config.subnet_pool,
-            life.config.subnet_prefix,
-            [*used, *(x for x in rows.scalars() if x)],
-        )
+        subnet = await _free_subnet(life, db, used)
         s = await load(db, session_id)
         if s.status != S.PREPARING:
             raise Abandoned
@@ -198,13 +215,13 @@ async def _create_network(life: Life, session_id: str, plan: Plan) -> None:
 
     picked = [""]
     for _ in range(8):  # the engine may know a network the database does not: pick again
-        for _ in range(64):
+        for _ in range(64 if not plan.network.subnet else 0):
             try:
                 plan.network.subnet = await life.store.write(claim)
                 break
             except IntegrityError:  # another session took it a moment ago: pick again
                 used.append(picked[0])
-        else:
+        if not plan.network.subnet:
             raise AgentFailed("could not claim a free subnet")
         try:
             await settled(life.fleet[plan.creator].create_network(plan.network))
@@ -214,6 +231,7 @@ async def _create_network(life: Life, session_id: str, plan: Plan) -> None:
             if "overlap" not in str(e).lower():
                 raise
             used.append(plan.network.subnet)
+            plan.network.subnet = ""
     raise AgentFailed("every subnet tried overlaps a network on the engine")
 
 

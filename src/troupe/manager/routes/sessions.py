@@ -28,7 +28,12 @@ from troupe.api.shell import serve_shell
 from troupe.manager import kernel_io, log_events
 from troupe.manager.deps import DB, CurrentUser, RegistryDep, StreamsDep, authenticate
 from troupe.manager.logs import after
-from troupe.manager.routes.views import session_columns, session_info, session_infos
+from troupe.manager.routes.views import (
+    build_session_info,
+    session_columns,
+    session_info,
+    session_infos,
+)
 from troupe.manager.store.models import Session, User
 from troupe.manager.streams import SlotResponse, streams_of, unless_disconnected
 
@@ -78,7 +83,8 @@ async def lookup(request: Request | WebSocket, user: User, ref: str) -> Session:
 async def create_session(
     req: SessionCreate, user: CurrentUser, registry: RegistryDep
 ) -> SessionInfo:
-    return session_info(await registry.create(user, req))
+    s = await registry.create(user, req)
+    return build_session_info(s, user.name, s.kernels)
 
 
 @router.get("/sessions", response_model=list[SessionInfo])
@@ -141,14 +147,14 @@ async def wait_session(
     s = await lookup(request, user, ref)
     seen = since or s.status
 
-    def done(x: Session) -> bool:
-        if x.status.is_final:
+    def done(status: SessionStatus) -> bool:
+        if status.is_final:
             return True
         if until == "running":
-            return x.status == SessionStatus.RUNNING
+            return status == SessionStatus.RUNNING
         if until == "final":
             return False
-        return x.status != seen
+        return status != seen
 
     with streams.open(user):
         waited = await unless_disconnected(request.receive, registry.wait_for(s.id, done, timeout))
