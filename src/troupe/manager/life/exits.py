@@ -33,6 +33,10 @@ class Outcome:
     exit_code: int | None = None
 
 
+#: At most this much of a log line becomes a failure's message.
+MESSAGE_CHARS = 500
+
+
 def exit_info(ev: KernelExit, hostname: str, preparing: bool) -> dict[str, Any]:
     """The session's status_info after a kernel's exit: which kernel, how, its last logs."""
     reason = "kernel ran out of memory" if ev.oom_killed else "kernel exited"
@@ -44,8 +48,13 @@ def exit_info(ev: KernelExit, hostname: str, preparing: bool) -> dict[str, Any]:
         "exit_code": ev.exit_code,
         "oom_killed": ev.oom_killed,
     }
-    if ev.error:
-        info["message"] = ev.error
+    # The engine's error; while preparing, else the kernel's last words: a command that could
+    # not run at all fails in Docker's init, after the container started, and says why only
+    # in its output (which one of the start's own checks may or may not have seen first).
+    said = [line.strip() for line in ev.last_logs if line.strip()] if preparing else []
+    message = ev.error or (said[-1][:MESSAGE_CHARS] if said else "")
+    if message:
+        info["message"] = message
     info["last_logs"] = ev.last_logs
     return info
 
