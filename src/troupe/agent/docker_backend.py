@@ -367,7 +367,8 @@ class DockerAgent:
 
         async def remove(c: dict[str, Any]) -> tuple[str, str]:
             host = c["Labels"].get(LABEL_HOSTNAME, c["Id"][:12])
-            text = await klogs.last_bytes(self.docker, c["Id"], self.saved_log_bytes)
+            # (kernels never have a TTY: container_config sets none)
+            text = await klogs.last_bytes(self.docker, c["Id"], self.saved_log_bytes, tty=False)
             with contextlib.suppress(DockerError):  # already gone: nothing to remove
                 await self.docker.containers.container(c["Id"]).delete(force=True, v=True)
             return host, text

@@ -171,15 +171,20 @@ def _line_start(buf: bytes | bytearray) -> int:
     return start
 
 
-async def last_bytes(docker: aiodocker.Docker, container_id: str, limit: int) -> str:
+async def last_bytes(
+    docker: aiodocker.Docker, container_id: str, limit: int, tty: bool | None = None
+) -> str:
     """The end of everything a container wrote, timestamped, in at most ``limit`` bytes (UTF-8):
     read as a stream keeping only the last bytes, cut at a line start and then led by one line
-    saying so (:func:`cut_note`). ``""`` when the engine cannot say."""
+    saying so (:func:`cut_note`). ``""`` when the engine cannot say. ``tty``: whether the
+    container has a TTY, when the caller knows (else the engine is asked)."""
     keep = max(limit - CUT_NOTE_ROOM, 0)
     buf = bytearray()
     cut = False
     try:
-        async for chunk in _chunks(docker, container_id, await _is_tty(docker, container_id)):
+        if tty is None:
+            tty = await _is_tty(docker, container_id)
+        async for chunk in _chunks(docker, container_id, tty):
             buf += chunk
             if len(buf) > keep:
                 del buf[: len(buf) - keep]  # CPython drops a bytearray's head in place

@@ -11,6 +11,7 @@ from typing import Any
 
 import aiodocker
 from aiodocker.exceptions import DockerError
+from aiodocker.networks import DockerNetwork
 
 from troupe.agent.engine import message, step
 from troupe.api.agent import LABEL_OWNER, LABEL_SESSION, NetworkSpec
@@ -64,7 +65,8 @@ async def _remove(docker: aiodocker.Docker, net_id: str) -> None:
     # Endpoints of just-removed containers may linger for a moment: retry, backing off.
     for attempt in range(REMOVE_TRIES):
         try:
-            await (await docker.networks.get(net_id)).delete()
+            network = DockerNetwork(docker, net_id)  # type: ignore[no-untyped-call]
+            await network.delete()  # (networks.get() would inspect it first)
             return
         except DockerError as e:
             if e.status == 404:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import raiseload
 
 from troupe.api.errors import NotFound
 from troupe.api.lifecycle import SessionStatus
@@ -24,8 +25,9 @@ class Life:
     logs: LogStore
 
     async def session(self, session_id: str) -> Session:
+        """The session with its kernels and owner (what the API's answers show)."""
         async with self.store() as db:
-            return await load(db, session_id)
+            return await load(db, session_id, owner=True)
 
     async def status(self, session_id: str) -> SessionStatus:
         """The session's status alone (a fraction of the cost of :meth:`session`)."""
@@ -37,8 +39,11 @@ class Life:
         return status
 
 
-async def load(db: AsyncSession, session_id: str) -> Session:
-    s = await db.get(Session, session_id, populate_existing=True)
+async def load(db: AsyncSession, session_id: str, *, owner: bool = False) -> Session:
+    """The session with its kernels; its owner too with ``owner`` (a query the lifecycle's
+    steps, which load the session in each of their transactions, do not need)."""
+    options = [] if owner else [raiseload(Session.owner)]
+    s = await db.get(Session, session_id, populate_existing=True, options=options)
     if s is None:
         raise NotFound.of("session", session_id)
     return s
