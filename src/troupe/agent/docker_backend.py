@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 
 #: Lines of output quoted when a kernel exits at once.
 START_FAILURE_LINES = 5
+#: How long the death of a container this agent removed is not reported as an exit.
+REMOVING_SECONDS = 60.0
 
 
 def nofile_limit(wanted: int) -> int:
@@ -147,6 +149,8 @@ class DockerAgent:
         self._mem = mem
         self._docker: aiodocker.Docker | None = None
         self._exits: ExitWatcher | None = None
+        #: containers this agent is removing (their deaths are no news), kept a while after
+        self._removing: set[str] = set()
         #: ``--gpus`` and ``--nvidia-smi``; what start() found: the GPUs offered, or why none
         self._gpu_choice = gpu_discovery.Choice.parse(gpus)
         self._nvidia_smi = nvidia_smi
@@ -179,7 +183,7 @@ class DockerAgent:
         else:
             log.info("offering no GPUs: %s", self.gpu_reason)
         if on_exit is not None:
-            self._exits = ExitWatcher(docker, on_exit)
+            self._exits = ExitWatcher(docker, on_exit, self._removing.__contains__)
             self._exits.start()
 
     async def close(self) -> None:
@@ -367,6 +371,8 @@ class DockerAgent:
 
         async def remove(c: dict[str, Any]) -> tuple[str, str]:
             host = c["Labels"].get(LABEL_HOSTNAME, c["Id"][:12])
+            self._removing.add(c["Id"])  # (its die event may come after the removal)
+            asyncio.get_running_loop().call_later(REMOVING_SECONDS, self._removing.discard, c["Id"])
             # (kernels never have a TTY: container_config sets none)
             text = await klogs.last_bytes(self.docker, c["Id"], self.saved_log_bytes, tty=False)
             with contextlib.suppress(DockerError):  # already gone: nothing to remove

@@ -2,7 +2,9 @@
 
 A batch kernel finishing, a crash or the OOM killer are only visible here; the manager learns
 of them as :class:`KernelExit` (with the last lines of output to say why). Containers that
-troupe removes die too: the manager decides which exits matter, by the session's state.
+troupe removes die too: the agent skips those it is removing itself (each exit costs an
+inspection, a log read and a transaction of the manager, N of them on every teardown), and
+the manager decides which of the others matter, by the session's state.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiodocker
@@ -32,9 +34,16 @@ RECONNECT_DELAY = (0.1, 5.0)
 class ExitWatcher:
     """Watches the engine's events in a task and hands each kernel exit to ``on_exit``."""
 
-    def __init__(self, docker: aiodocker.Docker, on_exit: ExitHandler) -> None:
+    def __init__(
+        self,
+        docker: aiodocker.Docker,
+        on_exit: ExitHandler,
+        removing: Callable[[str], bool] = lambda _: False,
+    ) -> None:
+        """``removing``: whether a container (by id) is being removed by this agent."""
         self._docker = docker
         self._on_exit = on_exit
+        self._removing = removing
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -76,6 +85,8 @@ class ExitWatcher:
                     yield json.loads(line)
 
     async def _handle(self, event: dict[str, Any]) -> None:
+        if self._removing((event.get("Actor") or {}).get("ID") or event.get("id") or ""):
+            return
         exit_ = await kernel_exit(self._docker, event)
         if exit_ is not None:
             await self._on_exit(exit_)
