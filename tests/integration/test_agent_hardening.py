@@ -36,7 +36,8 @@ from tests.conftest import (
     start_server,
     stop_server,
 )
-from troupe.agent.docker_backend import DockerAgent, nofile_limit
+from troupe.agent.docker_backend import DockerAgent
+from troupe.agent.resources import nofile_limit
 from troupe.api import defaults
 from troupe.api.agent import KernelSpec, MountSpec, NetworkSpec
 from troupe.api.errors import AgentFailed, Invalid

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BASE_IMAGE, TORCH_IMAGE, Server, docker
-from troupe.agent.docker_backend import FILES_DIR
+from troupe.agent.files import FILES_DIR
 from troupe.api.models import Mount, Resources, SessionCreate, SessionInfo
 from troupe.client.sdk import Client, TroupeError
 from troupe.cluster import build_cluster, derive_dist_env

@@ -16,10 +16,11 @@ from aiodocker.exceptions import DockerError
 from typer.testing import CliRunner
 
 from troupe.agent.daemon import CREDENTIAL_HEADER, AgentConfig, AgentDaemon
-from troupe.agent.docker_backend import DockerAgent, nofile_limit
+from troupe.agent.docker_backend import DockerAgent
 from troupe.agent.engine import own_place, step, summary
 from troupe.agent.kernel import KernelLimits, check_mount, container_config, folder_path
 from troupe.agent.logs import _line_start, _lines, _payloads, cut_note
+from troupe.agent.resources import nofile_limit
 from troupe.api import defaults
 from troupe.api.agent import AgentCapacity, KernelExit, KernelSpec, MountSpec
 from troupe.api.errors import AgentFailed, Invalid

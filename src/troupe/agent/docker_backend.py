@@ -15,8 +15,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
-import resource
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +30,7 @@ from troupe.agent import networks, ready
 from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
 from troupe.agent.exec import PipeIO, ShellIO
+from troupe.agent.files import files_path, files_tar, remove_files
 from troupe.agent.kernel import (
     KernelLimits,
     container_config,
@@ -39,7 +38,13 @@ from troupe.agent.kernel import (
     folder_path,
     runner_dir,
 )
-from troupe.agent.resources import data_marker, host_cpu_count, host_memory_bytes, mtu_of_address
+from troupe.agent.resources import (
+    data_marker,
+    host_cpu_count,
+    host_memory_bytes,
+    mtu_of_address,
+    nofile_limit,
+)
 from troupe.api import defaults
 from troupe.api.agent import (
     LABEL_GPUS,
@@ -66,52 +71,6 @@ log = logging.getLogger(__name__)
 START_FAILURE_LINES = 5
 #: How long the death of a container this agent removed is not reported as an exit.
 REMOVING_SECONDS = 60.0
-
-
-def nofile_limit(wanted: int) -> int:
-    """``wanted``, but no more than this process's own hard limit of open files: the engine
-    cannot give a container more than it has itself (runc fails with ``error setting rlimit``),
-    and an agent usually runs beside its engine with the same limits."""
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < wanted:
-        log.warning("kernels get %d open files (this host's hard limit), not %d", hard, wanted)
-        return int(hard)
-    return wanted
-
-
-#: Where kernels' files archives live while their containers do: tmpfs, so the session's keys
-#: in them never reach a disk. One file per container, named after it and removed with it: the
-#: container's bind mount needs it only to start, but the engine mounts every bind again for
-#: ``docker cp`` and refuses if a source is gone.
-FILES_DIR = Path("/run/troupe-agent")
-
-
-def files_path(container_name: str) -> Path:
-    return FILES_DIR / f"{container_name}.tar"
-
-
-def files_tar(spec: KernelSpec) -> Path | None:
-    """The kernel's files archive written to a new private file in FILES_DIR; None when that
-    cannot be written (then the engine's archive upload is used)."""
-    path = files_path(spec.container_name)
-    try:
-        FILES_DIR.mkdir(mode=0o700, exist_ok=True)
-        path.unlink(missing_ok=True)  # left by a container of that name that was not removed
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except OSError as e:
-        log.warning("kernel files go through the engine: %s: %s", FILES_DIR, e.strerror or e)
-        return None
-    with os.fdopen(fd, "wb") as f:
-        f.write(files_archive(spec.files))
-    return path
-
-
-def remove_files(session_id: str) -> None:
-    """Removes the files archives of a session's containers (also of those never created)."""
-    with contextlib.suppress(OSError):
-        for path in FILES_DIR.glob(f"troupe-{session_id[:12]}-*.tar"):
-            with contextlib.suppress(OSError):
-                path.unlink()
 
 
 class DockerAgent:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import resource
 import uuid
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 #: File in the data root holding the storage's id.
 DATA_MARKER = ".troupe-data-id"
@@ -59,3 +63,14 @@ def data_marker(data_root: Path) -> str:
             marker.hardlink_to(tmp)
         tmp.unlink()
     return marker.read_text().strip()
+
+
+def nofile_limit(wanted: int) -> int:
+    """``wanted``, but no more than this process's own hard limit of open files: the engine
+    cannot give a container more than it has itself (runc fails with ``error setting rlimit``),
+    and an agent usually runs beside its engine with the same limits."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        log.warning("kernels get %d open files (this host's hard limit), not %d", hard, wanted)
+        return int(hard)
+    return wanted
