@@ -14,10 +14,11 @@ For each N, rounds interleave three ways of getting N containers with sshd on po
 The same per-container limits (--cpu, --mem) apply to all three. Prints medians, p90s and
 ratios and writes them with every round to bench/results/ready.json; never passes or fails on
 time (machines differ). ``--scale`` instead runs a 32-kernel single-node session against the
-floor, and a 12-kernel multi-node session over the 3-host test bed (scripts/testbed.sh), and
-writes bench/results/ready-scale.json. Everything made is named ``tbench-*`` (troupe's own
-containers: ``troupe-<session id>-*`` of sessions named ``tbench-*``) and removed on failure
-or Ctrl-C.
+floor, and a 12-kernel multi-node session over the 3-host test bed (scripts/testbed.sh)
+against a floor there (an overlay network, 4 containers per host, each publishing sshd's port on
+its host's address), and writes bench/results/ready-scale.json. Everything made is named
+``tbench-*`` (troupe's own containers: ``troupe-<session id>-*`` of sessions named
+``tbench-*``) and removed on failure or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ SSHD = (
 #: Subnets of floor/compose networks, and of the bench's troupe server: apart from the tests'
 #: 10.89/16, a developer server's default 10.88/16 and the 10.7x/10.8x of ad-hoc servers.
 BENCH_POOL = "10.186.0.0/16"
+#: Subnets of the multi-host floor's overlay networks (on the test bed's engines), and the
+#: first of the ports its containers publish on their node's address.
+MH_FLOOR_POOL = "10.188.0.0/16"
+MH_FLOOR_PORT = 32200
 TROUPE_POOL = "10.187.0.0/16"
 METHODS = ("floor", "compose", "troupe")
 RESULTS = ROOT / "bench" / "results"
@@ -192,6 +197,101 @@ async def floor(dk: aiodocker.Docker, n: int, o: Opts, run: Run, tag: str) -> No
     finally:
         t1 = time.perf_counter()
         await asyncio.gather(*(c.delete(force=True) for c in containers), return_exceptions=True)
+        if net is not None:
+            await net.delete()
+        if run.up_s is not None:
+            run.down_s = time.perf_counter() - t1
+
+
+async def wait_banner(host: str, port: int, deadline: float, every: float = 0.01) -> float:
+    """Connects to host:port until sshd's banner arrives; returns the perf_counter time it did.
+    (A published port accepts in docker-proxy before the container's sshd listens.)"""
+    while True:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 0.25)
+            try:
+                banner = await asyncio.wait_for(reader.readexactly(4), 0.5)
+            finally:
+                writer.close()
+            if banner == b"SSH-":
+                return time.perf_counter()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError):
+            pass
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"{host}:{port}: no sshd banner in time")
+        await asyncio.sleep(every)
+
+
+async def floor_multihost(
+    docks: list[aiodocker.Docker], n: int, o: Opts, run: Run, tag: str
+) -> None:
+    """The floor over the test bed: an attachable overlay network made on node 1 (the swarm's
+    manager), n/hosts containers on each node's engine attached to it, each publishing sshd's
+    port on its node's address (the host cannot reach overlay addresses); ready when the host
+    has read every sshd's banner through those ports."""
+    name = f"{PREFIX}fm{n}-{tag}"
+    o.subnet_skip += 1
+    subnet = str(
+        list(ipaddress.ip_network(MH_FLOOR_POOL).subnets(new_prefix=24))[o.subnet_skip % 200]
+    )
+    per = n // len(docks)
+    made: list[Any] = []
+    net = None
+    t0, cpu0 = time.perf_counter(), busy_seconds()
+    try:
+        net = await docks[0].networks.create(
+            {
+                "Name": name,
+                "CheckDuplicate": True,
+                "Driver": "overlay",
+                "Attachable": True,
+                "Labels": o.labels,
+                "IPAM": {"Config": [{"Subnet": subnet}]},
+            }
+        )
+        t_net = time.perf_counter()
+        deadline = t0 + o.timeout
+
+        async def one(i: int) -> tuple[float, float, float]:
+            node = i // per
+            addr, port = f"10.123.0.{11 + node}", MH_FLOOR_PORT + i
+            config: dict[str, Any] = {
+                "Image": IMAGE,
+                "Cmd": ["/bin/sh", "-c", SSHD],
+                "Hostname": f"k{i}",
+                "Labels": o.labels,
+                "ExposedPorts": {f"{SSH_PORT}/tcp": {}},
+                "HostConfig": {
+                    "NetworkMode": name,
+                    "NanoCpus": int(o.cpu * 1e9),
+                    "Memory": parse_size(o.mem),
+                    "MemorySwap": parse_size(o.mem),
+                    "PortBindings": {f"{SSH_PORT}/tcp": [{"HostIp": addr, "HostPort": str(port)}]},
+                },
+            }
+            c = await docks[node].containers.create(config, name=f"{name}-k{i}")
+            made.append(c)
+            created = time.perf_counter()
+            await c.start()
+            started = time.perf_counter()
+            return created, started, await wait_banner(addr, port, deadline, o.poll)
+
+        got = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
+        errors = [g for g in got if isinstance(g, BaseException)]
+        if errors:
+            raise errors[0]
+        times = [g for g in got if not isinstance(g, BaseException)]
+        run.up_s = max(t[2] for t in times) - t0
+        run.cpu_s = busy_seconds() - cpu0
+        run.phases = {
+            "network": t_net - t0,
+            "created": max(t[0] for t in times) - t0,
+            "started": max(t[1] for t in times) - t0,
+            "ready": run.up_s,
+        }
+    finally:
+        t1 = time.perf_counter()
+        await asyncio.gather(*(c.delete(force=True) for c in made), return_exceptions=True)
         if net is not None:
             await net.delete()
         if run.up_s is not None:
@@ -385,7 +485,8 @@ def show(run: Run, n_rounds: int) -> None:
 async def multihost(
     o: Opts, hosts: int, kernels: int, n_rounds: int, warmup: int, keep: bool
 ) -> dict[str, Any]:
-    """A multi-node session over the test bed's hosts, ``kernels/hosts`` kernels per host.
+    """A multi-node session over the test bed's hosts, ``kernels/hosts`` kernels per host,
+    against the floor on the same engines (:func:`floor_multihost`).
 
     Brings the bed up if it is not (and then down again). Each agent has room for its share
     and no more, so the scheduler must spread the session over an overlay network.
@@ -419,11 +520,23 @@ async def multihost(
             agents.append(start_agent(server, i, token, cpu=(share + 0.5) * o.cpu))
         await wait_agents(server, {f"tbench-tt{i}" for i in range(1, hosts + 1)})
         sess = server
+        docks = [
+            aiodocker.Docker(url=f"unix:///run/troupe-tb/tt{i}/docker.sock")
+            for i in range(1, hosts + 1)
+        ]
+
+        async def mh_floor(n: int, run: Run, tag: str) -> None:
+            await floor_multihost(docks, n, o, run, tag)
 
         async def mh(n: int, run: Run, tag: str) -> None:
             await troupe(sess, n, o, run, tag, mode="multi-node")
 
-        runs = await rounds({"troupe": mh}, [kernels], n_rounds, warmup, o)
+        try:
+            table: dict[str, Method] = {"floor": mh_floor, "troupe": mh}
+            runs = await rounds(table, [kernels], n_rounds, warmup, o)
+        finally:
+            for d in docks:
+                await d.close()
         return {
             "hosts": hosts,
             "kernels": kernels,
@@ -438,10 +551,12 @@ async def multihost(
             stop_process(p)
         if server is not None:
             stop_server(server)
-            if was_up:  # someone else's bed stays: remove only what our sessions left there
-                for sid in server.sessions:
-                    for i in range(1, hosts + 1):
-                        sweep(f"troupe.session={sid}", f"unix:///run/troupe-tb/tt{i}/docker.sock")
+            if was_up:  # someone else's bed stays: remove only what this run left there
+                for i in range(1, hosts + 1):
+                    node = f"unix:///run/troupe-tb/tt{i}/docker.sock"
+                    sweep(f"{RUN_LABEL}={o.run_id}", node)
+                    for sid in server.sessions:
+                        sweep(f"troupe.session={sid}", node)
             if not keep:
                 shutil.rmtree(server.tmp, ignore_errors=True)
         if not was_up:
