@@ -29,7 +29,6 @@ from troupe.manager import kernel_io, log_events
 from troupe.manager.deps import DB, CurrentUser, RegistryDep, StreamsDep, authenticate
 from troupe.manager.logs import after
 from troupe.manager.routes.views import (
-    build_session_info,
     session_columns,
     session_info,
     session_infos,
@@ -84,7 +83,7 @@ async def create_session(
     req: SessionCreate, user: CurrentUser, registry: RegistryDep
 ) -> SessionInfo:
     s = await registry.create(user, req)
-    return build_session_info(s, user.name, s.kernels)
+    return session_info(s, user.name)
 
 
 @router.get("/sessions", response_model=list[SessionInfo])

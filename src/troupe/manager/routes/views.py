@@ -1,9 +1,9 @@
 """Stored rows -> wire models (what the API shows of sessions).
 
-One function builds a :class:`SessionInfo` (:func:`build_session_info`) from anything with the
-session's and kernels' fields: ORM objects (:func:`session_info`) or plain rows of only the
-columns shown (:func:`session_infos`, for pages of the list, where loading ORM objects with
-their keys and relationships took most of the time).
+One function builds a :class:`SessionInfo` (:func:`build_session_info`) from the session's and
+kernels' shown fields as plain dicts: taken from ORM objects (:func:`session_info`) or from
+rows of only the columns shown (:func:`session_infos`, for pages of the list, where loading ORM
+objects with their keys and relationships took most of the time).
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from troupe.api.models import KernelInfo, Mount, Resources, SessionInfo
+from troupe.api.models import SessionInfo
 from troupe.manager.store.models import Kernel, Session, User
 
 #: Phases of a kernel's start-up, in order (stamped in its timeline).
@@ -67,13 +67,9 @@ KERNEL_COLUMNS = (
 )
 
 
-class KernelFields(Protocol):
-    """A kernel's shown fields (an ORM :class:`Kernel` or a row of :data:`KERNEL_COLUMNS`)."""
-
-    @property
-    def timeline(self) -> dict[str, Any]: ...
-    @property
-    def gpus(self) -> list[Any]: ...
+#: The keys of a session's and a kernel's shown fields (the columns' names).
+SESSION_KEYS = tuple(c.key for c in SESSION_COLUMNS)
+KERNEL_KEYS = tuple(c.key for c in KERNEL_COLUMNS)
 
 
 def _since(t0: datetime, timeline: Mapping[str, str], keys: Mapping[str, str]) -> dict[str, float]:
@@ -89,75 +85,57 @@ def _since(t0: datetime, timeline: Mapping[str, str], keys: Mapping[str, str]) -
     return out
 
 
+_KERNEL_STAMPS = {p: p for p in KERNEL_PHASES}
+_SESSION_STAMPS = {"scheduled": "SCHEDULED", "network": "network"}
+_READY_STAMP = {"ready": "RUNNING"}
+
+
 def phases(
-    s: Any, kernels: Sequence[KernelFields]
+    s: Mapping[str, Any], kernels: Sequence[Mapping[str, Any]]
 ) -> tuple[dict[str, float], list[dict[str, float]]]:
     """The session's start-up phases and each kernel's, as seconds after creation: what the
     benchmarks and the web UI show. The session's kernel phases are the slowest kernel's."""
-    t0 = s.created_at
-    per_kernel = [_since(t0, k.timeline, {p: p for p in KERNEL_PHASES}) for k in kernels]
-    session = _since(t0, s.timeline, {"scheduled": "SCHEDULED", "network": "network"})
+    t0 = s["created_at"]
+    per_kernel = [_since(t0, k["timeline"], _KERNEL_STAMPS) for k in kernels]
+    session = _since(t0, s["timeline"], _SESSION_STAMPS)
     for phase in KERNEL_PHASES[:-1]:
         if per_kernel and all(phase in k for k in per_kernel):
             session[phase] = max(k[phase] for k in per_kernel)
-    session.update(_since(t0, s.timeline, {"ready": "RUNNING"}))
+    session.update(_since(t0, s["timeline"], _READY_STAMP))
     return session, per_kernel
 
 
-def build_session_info(s: Any, owner: str, kernels: Sequence[Any]) -> SessionInfo:
-    """``s`` and ``kernels`` have the fields of :data:`SESSION_COLUMNS` / :data:`KERNEL_COLUMNS`
-    (kernels in rank order)."""
+def build_session_info(
+    s: Mapping[str, Any], owner: str, kernels: Sequence[Mapping[str, Any]]
+) -> SessionInfo:
+    """``s`` and ``kernels`` map :data:`SESSION_KEYS` / :data:`KERNEL_KEYS` to values (kernels
+    in rank order). One validation of plain data builds the whole model: constructing the
+    nested models one by one took most of a list page's time."""
     session_phases, kernel_phases = phases(s, kernels)
-    return SessionInfo(
-        id=s.id,
-        name=s.name,
-        owner=owner,
-        status=s.status,
-        status_info=s.status_info,
-        type=s.type,
-        image=s.image,
-        cluster_size=s.cluster_size,
-        cluster_mode=s.cluster_mode,
-        resources=Resources(cpu=s.cpu, mem=s.mem, gpu=s.gpu),
-        mounts=[Mount(folder=m["folder"], readonly=m["readonly"]) for m in s.mounts],
-        dist_env=s.dist_env,
-        group=s.group,
-        priority=s.priority,
-        uid=s.uid,
-        gid=s.gid,
-        isolated_network=s.isolated_network,
-        network=s.network,
-        subnet=s.subnet,
-        exit_code=s.exit_code,
-        created_at=s.created_at,
-        started_at=s.started_at,
-        terminated_at=s.terminated_at,
-        timeline=s.timeline,
-        phases=session_phases,
-        kernels=[
-            KernelInfo(
-                id=k.id,
-                hostname=k.hostname,
-                role=k.role,
-                idx=k.idx,
-                rank=k.rank,
-                agent=k.agent_id,
-                container_id=k.container_id,
-                ip=k.ip,
-                status=k.status,
-                exit_code=k.exit_code,
-                oom_killed=k.oom_killed,
-                timeline=k.timeline,
-                phases=p,
-                gpus=list(k.gpus or []),
-            )
-            for k, p in zip(kernels, kernel_phases, strict=True)
-        ],
+    data = dict(s)
+    data["owner"] = owner
+    data["resources"] = {"cpu": data.pop("cpu"), "mem": data.pop("mem"), "gpu": data.pop("gpu")}
+    data["mounts"] = [{"folder": m["folder"], "readonly": m["readonly"]} for m in data["mounts"]]
+    data["phases"] = session_phases
+    data["kernels"] = [
+        {**k, "agent": k["agent_id"], "gpus": k["gpus"] or [], "phases": p}
+        for k, p in zip(kernels, kernel_phases, strict=True)
+    ]
+    return SessionInfo.model_validate(data)
+
+
+def fields(obj: Any, keys: Sequence[str]) -> dict[str, Any]:
+    """An ORM object's shown fields as :func:`build_session_info` takes them."""
+    return {k: getattr(obj, k) for k in keys}
+
+
+def session_info(s: Session, owner: str | None = None) -> SessionInfo:
+    """The wire model of a loaded session (with its kernels; its owner's name unless given)."""
+    return build_session_info(
+        fields(s, SESSION_KEYS),
+        s.owner.name if owner is None else owner,
+        [fields(k, KERNEL_KEYS) for k in s.kernels],
     )
-
-
-def session_info(s: Session) -> SessionInfo:
-    return build_session_info(s, s.owner.name, s.kernels)
 
 
 def session_columns() -> Select[Any]:
@@ -174,12 +152,17 @@ async def session_infos(db: AsyncSession, q: Select[Any]) -> list[SessionInfo]:
     rows = (await db.execute(q)).all()
     if not rows:
         return []
-    kernels: defaultdict[str, list[Any]] = defaultdict(list)
+    kernels: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
     kq = (
         select(*KERNEL_COLUMNS)
         .where(Kernel.session_id.in_([r.id for r in rows]))
         .order_by(Kernel.session_id, Kernel.rank)
     )
     for k in (await db.execute(kq)).all():
-        kernels[k.session_id].append(k)
-    return [build_session_info(r, r.owner, kernels[r.id]) for r in rows]
+        kernels[k.session_id].append(dict(zip(KERNEL_KEYS, k, strict=True)))
+    keys = (*SESSION_KEYS, "owner")
+    out = []
+    for r in rows:
+        s = dict(zip(keys, r, strict=True))
+        out.append(build_session_info(s, s.pop("owner"), kernels[s["id"]]))
+    return out
