@@ -3,6 +3,7 @@ embedded set-up: one host, SQLite, no agent token to hand around)."""
 
 from __future__ import annotations
 
+import gc
 import logging
 from pathlib import Path
 from typing import Annotated
@@ -152,4 +153,10 @@ def run(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    uvicorn.run(create_app(config, local_agents), host=host, port=port, log_level=log_level)
+    app = create_app(config, local_agents)
+    # What is loaded by now (modules, the models' schemas, the app) lives as long as the
+    # process: frozen out of the collector's sight, a full collection no longer walks it
+    # (those took 100+ ms on a busy server: the API's p99)
+    gc.collect()
+    gc.freeze()
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
