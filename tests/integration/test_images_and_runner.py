@@ -104,7 +104,7 @@ def _ready(
     if start_sshd:
         mark += (
             "mkdir -p /run/sshd && ssh-keygen -q -t ed25519 -N '' -f /tmp/hk"
-            " && /usr/sbin/sshd -p 2200 -h /tmp/hk; "
+            " && /usr/sbin/sshd -p 2200 -h /tmp/hk -o PidFile=/run/sshd-troupe.pid; "
         )
     r = docker(
         *("run", "--rm", "--network", "none", "--add-host", "ghost:10.254.254.254"),
@@ -134,3 +134,22 @@ def test_ready_reports_at_once_without_peers_and_names_what_is_missing(docker_en
     assert code == 1 and out == "troupe: not ready after 1s: waiting for net:ghost\n", out
     # a peer answers when it refuses the probe (nothing listens on port 1 of 127.0.0.1)
     assert _ready("5", "127.0.0.1", start_sshd=True) == (0, "troupe: ready\n")
+
+
+def test_ready_wakes_when_the_entrypoint_says_it_is_set_up(docker_engine: None) -> None:
+    """With every peer found, ready.sh sleeps until the entrypoint writes to its FIFO (it looks
+    for the marker only once a second otherwise): ready about 0.1 s after set-up, not 1 s."""
+    script = (
+        "mkdir -p /run/troupe && mkfifo -m 600 /run/troupe/events; "
+        "(sleep 0.1; : > /run/troupe/started; echo started 1<> /run/troupe/events) & "
+        "s=$EPOCHREALTIME; bash /opt/troupe/ready.sh 5; e=$EPOCHREALTIME; "
+        "echo $(( (${e/./} - ${s/./}) / 1000 ))"
+    )
+    r = docker(
+        *("run", "--rm", "--network", "none", "-v", f"{runner_dir()}:/opt/troupe:ro"),
+        *("--entrypoint", "/bin/bash", BASE_IMAGE, "-c", script),
+        check=False,
+    )
+    ms = int(r.stdout.split()[-1]) if r.stdout.split() else -1
+    assert r.returncode == 0 and r.stdout.startswith("troupe: ready\n"), r.stdout + r.stderr
+    assert ms < 800, f"ready after {ms} ms: not woken by the FIFO"

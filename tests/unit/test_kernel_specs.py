@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+from pathlib import Path
 
 from troupe.agent.kernel import container_config, files_archive
 from troupe.cluster import build_cluster, generate_ed25519
@@ -114,3 +115,24 @@ def test_work_home_comes_owned_with_final_modes() -> None:
     key = members["etc/ssh/troupe_host_ed25519_key"]
     assert (key.uid, key.mode) == (0, 0o600)
     assert members["run/sshd"].isdir() and members["run/troupe"].isdir()
+
+
+def test_readiness_fifo_comes_in_the_archive() -> None:
+    """ready.sh waits on /run/troupe/events, which the entrypoint writes to once set up."""
+    with tarfile.open(fileobj=io.BytesIO(files_archive(specs()[0].files))) as tar:
+        events = tar.getmember("run/troupe/events")
+    assert events.isfifo() and (events.uid, events.mode) == (0, 0o600)
+
+
+def test_ready_sh_checks_the_pid_file_sshd_is_configured_with() -> None:
+    """ready.sh takes sshd's PID file as the sign that it listens: the same path as the
+    sshd_config troupe writes."""
+    from troupe.agent.kernel import runner_dir
+    from troupe.cluster.ssh import sshd_config_text
+
+    pidfile = next(
+        line.split()[1]
+        for line in sshd_config_text("/k", "a").splitlines()
+        if line.startswith("PidFile ")
+    )
+    assert f"SSHD_PID={pidfile}\n" in (Path(runner_dir()) / "ready.sh").read_text()

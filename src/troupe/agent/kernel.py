@@ -173,8 +173,12 @@ def files_archive(files: list[FileSpec]) -> bytes:
                     seen.add(str(path))
                     tar.addfile(entry(path, f))
                 continue
-            data = f.content.encode()
             info = entry(path, f)
+            if f.fifo:
+                info.type = tarfile.FIFOTYPE
+                tar.addfile(info)
+                continue
+            data = f.content.encode()
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()

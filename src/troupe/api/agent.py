@@ -30,8 +30,8 @@ LABEL_GPUS = "troupe.gpus"
 
 
 class FileSpec(BaseModel):
-    """A file (or, with ``directory``, a directory) put into the container before it starts,
-    with its owner and mode (never on the host's disk)."""
+    """A file (or, with ``directory``, a directory; with ``fifo``, a named pipe) put into the
+    container before it starts, with its owner and mode (never on the host's disk)."""
 
     path: str
     content: str = ""
@@ -39,6 +39,7 @@ class FileSpec(BaseModel):
     uid: int = 0
     gid: int = 0
     directory: bool = False
+    fifo: bool = False
 
 
 class MountSpec(BaseModel):

@@ -119,6 +119,8 @@ def kernel_specs(
         ),
         *work_home(plan, hosts, known_hosts),
         FileSpec(path="/run/troupe", directory=True, mode=0o755),
+        # the entrypoint wakes ready.sh through it when the kernel is set up
+        FileSpec(path="/run/troupe/events", fifo=True, mode=0o600),
         FileSpec(path="/run/sshd", directory=True, mode=0o755),
         FileSpec(path=f"{CONFIG}/resource.txt", content=resource_txt(plan)),
     ]

@@ -23,14 +23,12 @@ _err=/run/troupe/ready.err
 LC_ALL=C
 export LC_ALL
 
-# sshd_listens: a socket of this kernel listens on port 2200 (hex 0898, state 0A in
-# /proc/net/tcp): read from the kernel's table, without a connection (see above).
-sshd_listens() {
-  while read -r _sl _local _remote _st _rest; do
-    case "$_local $_st" in *:0898" 0A") return 0 ;; esac
-  done < /proc/net/tcp
-  return 1
-}
+# sshd_listens: this kernel's sshd writes its PID file (PidFile of troupe.cluster.ssh's
+# sshd_config) only once its listening sockets are bound: a file test, no connection (see
+# above). Reading /proc/net/tcp instead walks the host's whole TCP table: about 5 ms of system
+# CPU per read on a 24 GiB host, a whole period of a kernel limited to 0.05 CPU.
+SSHD_PID=/run/sshd-troupe.pid
+sshd_listens() { [ -s "$SSHD_PID" ]; }
 
 # answers HOST: HOST's name resolves and its address accepts or refuses a connection.
 answers() {
@@ -51,13 +49,22 @@ except ConnectionRefusedError:
   fi
 }
 
-# pause SECONDS: under bash a builtin read that times out on a pipe no one writes to, so a poll
-# round starts no process (an external sleep per round and kernel added up to a third of a
-# second of CPU at 8 kernels); elsewhere sleep(1).
-if [ -n "${BASH_VERSION:-}" ] && eval 'exec 4<> <(:)'; then
-  pause() { read -r -t "$1" -u 4 _; }
+# pause MS: under bash a builtin read with a time-out, so that a round starts no process (an
+# external sleep per round and kernel added up to a third of a second of CPU at 8 kernels). It
+# reads the FIFO the entrypoint writes a line to once the kernel is set up, and so returns at
+# once then: this script need not wake up every 10 ms to look for the `started` marker (each
+# timed read costs about 0.3 ms of CPU). Without the FIFO, a pipe no one writes to; elsewhere
+# sleep(1).
+_events=/run/troupe/events
+_woken=0 # whether the entrypoint wakes this script
+if [ -n "${BASH_VERSION:-}" ] && [ -p "$_events" ] && [ -r "$_events" ] && [ -w "$_events" ] \
+  && eval 'exec 4<> "$_events"'; then
+  _woken=1
+fi
+if [ "$_woken" = 1 ] || { [ -n "${BASH_VERSION:-}" ] && eval 'exec 4<> <(:)'; }; then
+  pause() { read -r -t "$(( $1 / 1000 )).$(( $1 % 1000 / 100 ))$(( $1 % 100 / 10 ))$(( $1 % 10 ))" -u 4 _; }
 else
-  pause() { sleep "$1" 2>/dev/null || sleep 1; }
+  pause() { sleep "$(( $1 / 1000 )).$(( $1 % 1000 / 100 ))$(( $1 % 100 / 10 ))" 2>/dev/null || sleep 1; }
 fi
 
 # now: seconds into _now (under bash without a subshell: no fork per round)
@@ -109,7 +116,18 @@ while :; do
     echo "troupe: not ready after ${_timeout}s: waiting for$_why"
     exit 1
   fi
-  # the entrypoint's marker is looked for every 10 ms, peers probed as above
-  pause 0.01
-  _wait=$(( _wait - 10 ))
+  # Until the next probe of the peers; but every 10 ms while sshd starts (a short while), and
+  # while the entrypoint is not done if it cannot wake this script; with every peer found,
+  # until the entrypoint wakes it (or 1 s).
+  _tick=$_wait
+  if [ "$_set_up" = 1 ] && [ "$_sshd_up" = 0 ]; then
+    _tick=10
+  elif [ "$_set_up" = 0 ] && [ "$_woken" = 0 ]; then
+    _tick=10
+  elif [ -z "$_missing" ]; then
+    _tick=1000
+  fi
+  [ "$_tick" -ge 10 ] || _tick=10
+  pause "$_tick"
+  _wait=$(( _wait - _tick ))
 done
