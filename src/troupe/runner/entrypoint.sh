@@ -147,7 +147,9 @@ _troupe_envfiles() {
 echo "troupe: started" >&2
 : > "$_troupe_run/started" # (after the line: ready.sh's line must come later in the log)
 # wake ready.sh, which waits on this FIFO of the kernel's files (opened read-write: never blocks)
-if [ -p "$_troupe_run/events" ]; then echo started 1<> "$_troupe_run/events"; fi
+if [ -p "$_troupe_run/events" ] && [ -w "$_troupe_run/events" ]; then
+  echo started 1<> "$_troupe_run/events"
+fi
 
 # 6. The command, as user work. A batch main1 waits until the session is ready.
 if [ "$_troupe_wait_go" = 1 ]; then
