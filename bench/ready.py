@@ -135,53 +135,54 @@ class Run:
 # --- A: floor -----------------------------------------------------------------------------
 
 
-async def floor(dk: aiodocker.Docker, n: int, o: Opts, run: Run, tag: str) -> None:
-    name = f"{PREFIX}f{n}-{tag}"
-    subnet, hosts = o.next_subnet()
-    ips = hosts[1 : n + 1]
-    containers: list[Any] = []
+#: Where the floor puts container i: the engine, its configuration, and how to wait (until a
+#: deadline) for its sshd; returns when it answered.
+Placement = tuple[aiodocker.Docker, dict[str, Any], Callable[[float], Awaitable[float]]]
+
+
+def sshd_container(o: Opts, i: int, network: str) -> dict[str, Any]:
+    """A floor container: the image's sshd on network, with the run's limits and labels."""
+    return {
+        "Image": IMAGE,
+        "Cmd": ["/bin/sh", "-c", SSHD],
+        "Hostname": f"k{i}",
+        "Labels": o.labels,
+        "HostConfig": {
+            "NetworkMode": network,
+            "NanoCpus": int(o.cpu * 1e9),
+            "Memory": parse_size(o.mem),
+            "MemorySwap": parse_size(o.mem),
+        },
+    }
+
+
+async def timed_floor(
+    run: Run,
+    n: int,
+    o: Opts,
+    name: str,
+    make_net: Callable[[], Awaitable[Any]],
+    place: Callable[[int], Placement],
+) -> None:
+    """What both floors time: the network, then n containers created and started at once, each
+    until its sshd answers; then their removal (always)."""
+    made: list[Any] = []
     net = None
     t0, cpu0 = time.perf_counter(), busy_seconds()
     try:
-        net = await dk.networks.create(
-            {
-                "Name": name,
-                "CheckDuplicate": True,
-                "Driver": "bridge",
-                "Labels": o.labels,
-                "IPAM": {"Config": [{"Subnet": subnet, "Gateway": hosts[0]}]},
-            }
-        )
+        net = await make_net()
         t_net = time.perf_counter()
         deadline = t0 + o.timeout
 
-        async def one(i: int, ip: str) -> tuple[float, float, float]:
-            config: dict[str, Any] = {
-                "Image": IMAGE,
-                "Cmd": ["/bin/sh", "-c", SSHD],
-                "Hostname": f"k{i}",
-                "Labels": o.labels,
-                "HostConfig": {
-                    "NetworkMode": name,
-                    "NanoCpus": int(o.cpu * 1e9),
-                    "Memory": parse_size(o.mem),
-                    "MemorySwap": parse_size(o.mem),
-                },
-                "NetworkingConfig": {
-                    "EndpointsConfig": {name: {"IPAMConfig": {"IPv4Address": ip}}}
-                },
-            }
+        async def one(i: int) -> tuple[float, float, float]:
+            dk, config, ready = place(i)
             c = await dk.containers.create(config, name=f"{name}-k{i}")
-            containers.append(c)
+            made.append(c)
             created = time.perf_counter()
             await c.start()
-            started = time.perf_counter()
-            ready = await wait_ports([ip], SSH_PORT, deadline - started, o.poll)
-            return created, started, ready
+            return created, time.perf_counter(), await ready(deadline)
 
-        got = await asyncio.gather(
-            *(one(i, ip) for i, ip in enumerate(ips)), return_exceptions=True
-        )
+        got = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
         errors = [g for g in got if isinstance(g, BaseException)]
         if errors:
             raise errors[0]
@@ -196,11 +197,40 @@ async def floor(dk: aiodocker.Docker, n: int, o: Opts, run: Run, tag: str) -> No
         }
     finally:
         t1 = time.perf_counter()
-        await asyncio.gather(*(c.delete(force=True) for c in containers), return_exceptions=True)
+        await asyncio.gather(*(c.delete(force=True) for c in made), return_exceptions=True)
         if net is not None:
             await net.delete()
         if run.up_s is not None:
             run.down_s = time.perf_counter() - t1
+
+
+async def floor(dk: aiodocker.Docker, n: int, o: Opts, run: Run, tag: str) -> None:
+    """The floor on one engine: a bridge network with fixed addresses; ready when the host
+    connects to every container's port 2200."""
+    name = f"{PREFIX}f{n}-{tag}"
+    subnet, hosts = o.next_subnet()
+    ips = hosts[1 : n + 1]
+
+    def place(i: int) -> Placement:
+        config = sshd_container(o, i, name)
+        config["NetworkingConfig"] = {
+            "EndpointsConfig": {name: {"IPAMConfig": {"IPv4Address": ips[i]}}}
+        }
+
+        async def ready(deadline: float) -> float:
+            return await wait_ports([ips[i]], SSH_PORT, deadline - time.perf_counter(), o.poll)
+
+        return dk, config, ready
+
+    ipam = {"Config": [{"Subnet": subnet, "Gateway": hosts[0]}]}
+    net = {
+        "Name": name,
+        "CheckDuplicate": True,
+        "Driver": "bridge",
+        "Labels": o.labels,
+        "IPAM": ipam,
+    }
+    await timed_floor(run, n, o, name, lambda: dk.networks.create(net), place)
 
 
 async def wait_banner(host: str, port: int, deadline: float, every: float = 0.01) -> float:
@@ -231,71 +261,29 @@ async def floor_multihost(
     has read every sshd's banner through those ports."""
     name = f"{PREFIX}fm{n}-{tag}"
     o.subnet_skip += 1
-    subnet = str(
-        list(ipaddress.ip_network(MH_FLOOR_POOL).subnets(new_prefix=24))[o.subnet_skip % 200]
-    )
+    subnets = list(ipaddress.ip_network(MH_FLOOR_POOL).subnets(new_prefix=24))
+    subnet = str(subnets[o.subnet_skip % 200])
     per = n // len(docks)
-    made: list[Any] = []
-    net = None
-    t0, cpu0 = time.perf_counter(), busy_seconds()
-    try:
-        net = await docks[0].networks.create(
-            {
-                "Name": name,
-                "CheckDuplicate": True,
-                "Driver": "overlay",
-                "Attachable": True,
-                "Labels": o.labels,
-                "IPAM": {"Config": [{"Subnet": subnet}]},
-            }
-        )
-        t_net = time.perf_counter()
-        deadline = t0 + o.timeout
 
-        async def one(i: int) -> tuple[float, float, float]:
-            node = i // per
-            addr, port = f"10.123.0.{11 + node}", MH_FLOOR_PORT + i
-            config: dict[str, Any] = {
-                "Image": IMAGE,
-                "Cmd": ["/bin/sh", "-c", SSHD],
-                "Hostname": f"k{i}",
-                "Labels": o.labels,
-                "ExposedPorts": {f"{SSH_PORT}/tcp": {}},
-                "HostConfig": {
-                    "NetworkMode": name,
-                    "NanoCpus": int(o.cpu * 1e9),
-                    "Memory": parse_size(o.mem),
-                    "MemorySwap": parse_size(o.mem),
-                    "PortBindings": {f"{SSH_PORT}/tcp": [{"HostIp": addr, "HostPort": str(port)}]},
-                },
-            }
-            c = await docks[node].containers.create(config, name=f"{name}-k{i}")
-            made.append(c)
-            created = time.perf_counter()
-            await c.start()
-            started = time.perf_counter()
-            return created, started, await wait_banner(addr, port, deadline, o.poll)
+    def place(i: int) -> Placement:
+        node = i // per
+        addr, port = f"10.123.0.{11 + node}", MH_FLOOR_PORT + i
+        config = sshd_container(o, i, name)
+        config["ExposedPorts"] = {f"{SSH_PORT}/tcp": {}}
+        binding = {"HostIp": addr, "HostPort": str(port)}
+        config["HostConfig"]["PortBindings"] = {f"{SSH_PORT}/tcp": [binding]}
+        return docks[node], config, lambda deadline: wait_banner(addr, port, deadline, o.poll)
 
-        got = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
-        errors = [g for g in got if isinstance(g, BaseException)]
-        if errors:
-            raise errors[0]
-        times = [g for g in got if not isinstance(g, BaseException)]
-        run.up_s = max(t[2] for t in times) - t0
-        run.cpu_s = busy_seconds() - cpu0
-        run.phases = {
-            "network": t_net - t0,
-            "created": max(t[0] for t in times) - t0,
-            "started": max(t[1] for t in times) - t0,
-            "ready": run.up_s,
-        }
-    finally:
-        t1 = time.perf_counter()
-        await asyncio.gather(*(c.delete(force=True) for c in made), return_exceptions=True)
-        if net is not None:
-            await net.delete()
-        if run.up_s is not None:
-            run.down_s = time.perf_counter() - t1
+    ipam = {"Config": [{"Subnet": subnet}]}
+    net = {
+        "Name": name,
+        "CheckDuplicate": True,
+        "Driver": "overlay",
+        "Attachable": True,
+        "Labels": o.labels,
+        "IPAM": ipam,
+    }
+    await timed_floor(run, n, o, name, lambda: docks[0].networks.create(net), place)
 
 
 # --- B: docker-compose --------------------------------------------------------------------

@@ -61,10 +61,12 @@ if [ -n "${BASH_VERSION:-}" ] && [ -p "$_events" ] && [ -r "$_events" ] && [ -w 
   && eval 'exec 4<> "$_events"'; then
   _woken=1
 fi
+# seconds MS: MS milliseconds as seconds with three decimals, into _s (no subshell)
+seconds() { _s="$(( $1 / 1000 )).$(( $1 % 1000 / 100 ))$(( $1 % 100 / 10 ))$(( $1 % 10 ))"; }
 if [ "$_woken" = 1 ] || { [ -n "${BASH_VERSION:-}" ] && eval 'exec 4<> <(:)'; }; then
-  pause() { read -r -t "$(( $1 / 1000 )).$(( $1 % 1000 / 100 ))$(( $1 % 100 / 10 ))$(( $1 % 10 ))" -u 4 _; }
+  pause() { seconds "$1"; read -r -t "$_s" -u 4 _; }
 else
-  pause() { sleep "$(( $1 / 1000 )).$(( $1 % 1000 / 100 ))$(( $1 % 100 / 10 ))" 2>/dev/null || sleep 1; }
+  pause() { seconds "$1"; sleep "$_s" 2>/dev/null || sleep 1; }
 fi
 
 # now: seconds into _now (under bash without a subshell: no fork per round)
