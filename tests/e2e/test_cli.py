@@ -211,6 +211,52 @@ def test_session_create_without_wait(server: Server) -> None:
         ok(troupe(server, "session", "destroy", name))
 
 
+def full_cli(server: Server, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """The whole Typer command line, never the fast path (troupe.client.cli.fastpath)."""
+    code = "from troupe.main import app; app(prog_name='troupe')"
+    return subprocess.run(
+        [str(ROOT / ".venv/bin/python"), "-c", code, *args],
+        env=server.env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def test_fast_path_answers_as_the_full_command(server: Server) -> None:
+    """``session list`` and ``session exec`` take the fast path from the ``troupe`` script,
+    and print, fail and exit as the full command does."""
+    name = unique("fast")
+    script = [str(ROOT / ".venv/bin/troupe")]
+    timed = [str(ROOT / ".venv/bin/python"), "-X", "importtime", *script]
+    try:
+        ok(troupe(server, "session", "create", name, "--image", BASE, *SMALL, "--wait"))
+        cases = [
+            (["session", "list"], 0),
+            (["session", "list", "--all"], 0),
+            (
+                ["session", "exec", name, "--", "sh", "-c", r"printf 'a\000b'; echo e >&2; exit 5"],
+                5,
+            ),
+            (["session", "exec", "-u", "root", name, "--", "id", "-u"], 0),
+        ]
+        for args, code in cases:
+            fast = subprocess.run([*timed, *args], env=server.env, capture_output=True, timeout=120)
+            slow = full_cli(server, *args)
+            assert (fast.returncode, slow.returncode) == (code, code), args
+            assert fast.stdout == slow.stdout, args
+            loaded = {line.split(b"|")[-1].strip() for line in fast.stderr.splitlines()}
+            assert not loaded & {b"typer", b"rich", b"httpx"}, args  # it was the fast path
+        # refused before anything ran: the full command reports it, the same way
+        fast_r = troupe(server, "session", "exec", "cli-nosuch", "--", "true")
+        slow_r = full_cli(server, "session", "exec", "cli-nosuch", "--", "true")
+        assert fast_r.returncode == slow_r.returncode == 1
+        assert fast_r.stderr.strip() == slow_r.stderr.decode().strip()
+        assert "not found" in fast_r.stderr
+    finally:
+        troupe(server, "session", "destroy", name)
+
+
 @pytest.mark.parametrize(
     ("args", "needles"),
     [

@@ -10,7 +10,7 @@ import typing
 import pytest
 
 from troupe.api import models
-from troupe.client.cli import choices, output
+from troupe.client.cli import choices, table
 from troupe.cluster import contract
 
 
@@ -40,7 +40,7 @@ def test_create_defaults_are_the_models() -> None:
 
 @pytest.mark.parametrize("n", [0, 1, 1023, 1024, 1536, 512 * 1024**2, 3 * 1024**3, 1024**4 + 1])
 def test_format_size_is_the_models(n: int) -> None:
-    assert output.format_size(n) == models.format_size(n)
+    assert table.format_size(n) == models.format_size(n)
 
 
 def test_short_commands_load_no_heavy_modules() -> None:

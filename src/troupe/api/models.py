@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from troupe.api import defaults
+from troupe.api.exec import KERNEL_PATTERN
 from troupe.api.lifecycle import AgentStatus, KernelStatus, SessionStatus
 from troupe.cluster.contract import (
     RESERVED_ENV_PREFIX,
@@ -316,7 +317,7 @@ class SessionSSH(BaseModel):
 
 class ExecRequest(Strict):
     command: list[str] = Field(min_length=1, description="argv; no argument may contain NUL")
-    kernel: str = Field("main1", pattern=r"^(main1|sub[1-9][0-9]*)$")
+    kernel: str = Field("main1", pattern=KERNEL_PATTERN)
     user: ExecUser = "work"
 
     @field_validator("command")

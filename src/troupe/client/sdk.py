@@ -15,8 +15,6 @@ methods (plain JSON) cost a short command line nothing more.
 from __future__ import annotations
 
 import json
-import os
-import re
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -24,8 +22,9 @@ from urllib.parse import quote
 
 import httpx
 
-from troupe.api import defaults, errors
+from troupe.api import errors
 from troupe.api import exec as exec_frames
+from troupe.client.settings import load_settings, plain_http
 
 if TYPE_CHECKING:
     from troupe.api.models import (
@@ -44,20 +43,6 @@ __all__ = ["Client", "TroupeError", "load_settings"]
 TroupeError = errors.TroupeError
 
 
-def load_settings(url: str | None = None, key: str | None = None) -> tuple[str, str | None]:
-    """The API URL and key: arguments, else the environment, else the credentials file."""
-    creds: dict[str, Any] = {}
-    path = defaults.credentials_file()
-    if path.exists():
-        try:
-            creds = json.loads(path.read_text())
-        except (OSError, ValueError):
-            creds = {}
-    url = url or os.environ.get("TROUPE_API_URL") or creds.get("api_url") or defaults.API_URL
-    key = key or os.environ.get("TROUPE_API_KEY") or creds.get("api_key")
-    return url, key
-
-
 def _raise_for(resp: httpx.Response) -> None:
     """The domain error of an error answer (nothing for a success)."""
     if resp.status_code < 400:
@@ -74,21 +59,12 @@ def _user_path(name: str | None) -> str:
     return "/users/me" if name is None else "/users/" + quote(name, safe="")
 
 
-#: What :class:`~troupe.api.models.ExecRequest` accepts as ``kernel`` (its pattern).
-_KERNEL = re.compile(r"main1|sub[1-9][0-9]*")
-
-
 def _exec_body(command: list[str], kernel: str, user: str) -> dict[str, Any]:
     """The body of an exec request. A plainly valid one is built as it is; anything else goes
     through :class:`~troupe.api.models.ExecRequest`; what it refuses raises :class:`Invalid`."""
-    if (
-        command
-        and all(type(arg) is str and "\0" not in arg for arg in command)
-        and type(kernel) is str
-        and _KERNEL.fullmatch(kernel)
-        and user in ("work", "root")
-    ):
-        return {"command": list(command), "kernel": kernel, "user": user}
+    plain = exec_frames.plain_request(command, kernel, user)
+    if plain is not None:
+        return plain
     from pydantic import ValidationError
 
     from troupe.api.models import ExecRequest
@@ -102,14 +78,6 @@ def _exec_body(command: list[str], kernel: str, user: str) -> dict[str, Any]:
     return body
 
 
-def _no_tls(url: str) -> bool:
-    """Whether every request goes over plain HTTP: then no TLS context (certificates) is made."""
-    proxies = ("http_proxy", "https_proxy", "all_proxy")
-    return url.startswith("http://") and not any(
-        os.environ.get(k) or os.environ.get(k.upper()) for k in proxies
-    )
-
-
 class Client:
     def __init__(
         self, url: str | None = None, api_key: str | None = None, timeout: float = 60.0
@@ -121,7 +89,7 @@ class Client:
             headers=headers,
             timeout=timeout,
             # loading the CA certificates takes longer than a short command: not for plain http
-            verify=not _no_tls(self.url),
+            verify=not plain_http(self.url),
         )
 
     def close(self) -> None:

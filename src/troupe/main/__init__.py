@@ -69,7 +69,15 @@ def build(groups: tuple[str, ...] = GROUPS) -> typer.Typer:
 
 
 def run() -> None:
-    """The ``troupe`` script: builds the group ``argv[1]`` names, or all (help, typos)."""
+    """The ``troupe`` script: the fast path's answer where it has one (``session list`` and
+    ``session exec``, :mod:`troupe.client.cli.fastpath`), else the group ``argv[1]`` names, or
+    all (help, typos)."""
+    if sys.argv[1:2] == ["session"]:
+        from troupe.client.cli import fastpath
+
+        code = fastpath.run(sys.argv[1:])
+        if code is not None:
+            sys.exit(code)
     word = sys.argv[1] if len(sys.argv) > 1 else ""
     build((word,) if word in GROUPS else GROUPS)()
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from troupe.client.cli.output import client, console, human_size, print_json, print_table
+from troupe.client.cli.output import client, console, print_json
+from troupe.client.cli.table import human_size, print_table
 
 if TYPE_CHECKING:
     from troupe.api.models import AgentInfo

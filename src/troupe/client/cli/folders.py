@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from troupe.client.cli.output import client, console, fmt_time, print_json, print_table
+from troupe.client.cli.output import client, console, print_json
+from troupe.client.cli.table import fmt_time, print_table
 
 app = typer.Typer(no_args_is_help=True, help="Persistent data folders.")
 

@@ -1,4 +1,5 @@
-"""Shared CLI helpers: consoles, error exits, JSON output and tables.
+"""Shared CLI helpers: consoles, error exits, JSON output and ``key: value`` fields (tables:
+:mod:`troupe.client.cli.table`).
 
 The CLI starts fast because nothing heavy loads before a command needs it: Rich when something
 is printed, the SDK (httpx) when a request is made, pydantic models only where a command
@@ -10,14 +11,14 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, cast
 
 import typer
 
 from troupe.api.errors import TroupeError
+from troupe.client.cli.table import cell_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -49,11 +50,16 @@ console = cast("Console", _LazyConsole())
 err_console = cast("Console", _LazyConsole(stderr=True))
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
-    """Prints ``error: MESSAGE`` in red on stderr and exits with ``code``."""
+def print_error(message: str) -> None:
+    """``error: MESSAGE`` in red on stderr: every CLI error reads this way."""
     from rich.text import Text
 
     err_console.print(Text("error: ", style="bold red") + Text(message, style="red"))
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """:func:`print_error`, then exit with ``code``."""
+    print_error(message)
     raise typer.Exit(code)
 
 
@@ -120,26 +126,6 @@ def print_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
-def print_table(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
-    """A plain table on stdout: a bold header row, then one row per item."""
-    from rich import box
-    from rich.console import Console
-    from rich.measure import Measurement
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, header_style="bold")
-    for col in columns:
-        table.add_column(col, no_wrap=True, overflow="fold")
-    for row in rows:
-        table.add_row(*(Text(cell_text(v)) for v in row))
-    if console.is_terminal:
-        console.print(table)  # fit the screen
-    else:  # piped: never cut cells, whatever COLUMNS says
-        needed = Measurement.get(console, console.options.update(max_width=100_000), table)
-        Console(highlight=False, width=max(needed.maximum, console.width)).print(table)
-
-
 def print_fields(pairs: Iterable[tuple[str, object]]) -> None:
     """``key: value`` lines, values aligned."""
     from rich.text import Text
@@ -148,62 +134,3 @@ def print_fields(pairs: Iterable[tuple[str, object]]) -> None:
     width = max((len(k) for k, _ in items), default=0) + 1
     for key, value in items:
         console.print(Text(f"{key + ':':<{width}} ", style="bold") + Text(value))
-
-
-def cell_text(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, datetime):
-        return fmt_time(value)
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def fmt_time(dt: datetime | None) -> str:
-    """Local time, seconds precision; naive times from the server are UTC."""
-    if dt is None:
-        return "-"
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
-def format_size(n: int) -> str:
-    """Bytes as ``256m``, ``2g`` when a whole number of a unit (else the bytes): the same as
-    :func:`troupe.api.models.format_size`, here so that tables need no pydantic (a unit test
-    holds the two together)."""
-    for unit, factor in (("g", 1024**3), ("m", 1024**2), ("k", 1024)):
-        if n >= factor and n % factor == 0:
-            return f"{n // factor}{unit}"
-    return str(n)
-
-
-def human_size(n: int) -> str:
-    """``format_size`` when exact (``256m``), else one decimal (``187.3m``)."""
-    exact = format_size(n)
-    if not exact.isdigit() or n < 1024:
-        return exact
-    for unit, factor in (("t", 1024**4), ("g", 1024**3), ("m", 1024**2), ("k", 1024)):
-        if n >= factor:
-            return f"{n / factor:.1f}{unit}"
-    return exact  # pragma: no cover
-
-
-def fmt_timestamp(value: str) -> str:
-    """An image's ``created``: Unix seconds or ISO 8601 text, as local time."""
-    if value.isdigit():
-        return fmt_time(datetime.fromtimestamp(int(value), UTC))
-    try:
-        return fmt_time(datetime.fromisoformat(value.replace("Z", "+00:00")[:32]))
-    except ValueError:
-        return value
-
-
-def short_id(value: str | None, n: int = 12) -> str:
-    """The first ``n`` characters of an id, without a ``sha256:`` prefix."""
-    if not value:
-        return "-"
-    return value.removeprefix("sha256:")[:n]

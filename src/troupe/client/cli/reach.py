@@ -240,7 +240,7 @@ def tunnel(
 ) -> None:
     """Join stdin/stdout to a port in main1 (sshd's by default), e.g. as ssh's ProxyCommand."""
     from troupe.client.pipe import session_path, tunnel_stdio, ws_url
-    from troupe.client.sdk import load_settings
+    from troupe.client.settings import load_settings
 
     url, key = load_settings()
     target = ws_url(url, session_path(name, "tunnel"), kernel=kernel, port=port)
@@ -315,7 +315,7 @@ def forward(
     import threading
 
     from troupe.client.pipe import listen, serve_forward, session_path, ws_url
-    from troupe.client.sdk import load_settings
+    from troupe.client.settings import load_settings
 
     pairs: list[tuple[int, int]] = []
     for spec in ports:
@@ -362,7 +362,7 @@ def cp(
     a sub kernel; relative paths are under /home/work), as user work, streamed."""
     from troupe.api.errors import TroupeError
     from troupe.client.pipe import download, session_path, upload, ws_url
-    from troupe.client.sdk import load_settings
+    from troupe.client.settings import load_settings
 
     a, b = parse_remote(src), parse_remote(dst)
     if (a is None) == (b is None):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from typing import Annotated
@@ -11,6 +10,7 @@ from typing import Annotated
 import typer
 
 from troupe.client.cli.choices import ExecUser
+from troupe.client.cli.fastpath import NO_EXIT_CODE, quiet_stdout
 from troupe.client.cli.output import client, err_console, fail
 
 app = typer.Typer()
@@ -21,12 +21,6 @@ KernelOpt = Annotated[str, typer.Option("--kernel", "-k", help="main1, sub1, ...
 UserOpt = Annotated[ExecUser, typer.Option("--user", "-u", help="run as work or root")]
 #: Everything after the session name is the command, options included.
 COMMAND_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
-
-
-def _quiet_stdout() -> None:
-    """After a broken pipe (``| head``), keeps Python from complaining at exit."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
 
 
 @app.command()
@@ -52,7 +46,7 @@ def logs(
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except BrokenPipeError:
-        _quiet_stdout()
+        quiet_stdout()
         raise typer.Exit(141) from None  # as if killed by SIGPIPE
 
 
@@ -74,10 +68,10 @@ def exec_(
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except BrokenPipeError:
-        _quiet_stdout()
+        quiet_stdout()
         raise typer.Exit(141) from None  # as if killed by SIGPIPE
     if code is None:
-        fail("the command's output ended without an exit code")
+        fail(NO_EXIT_CODE)
     raise typer.Exit(code)
 
 
@@ -134,7 +128,7 @@ def run(name: NameArg, command: CommandArg, user: UserOpt = "work") -> None:
 def shell(name: NameArg, kernel: KernelOpt = "main1") -> None:
     """Open an interactive terminal in a kernel (stdin may also be piped)."""
     from troupe.client.cli.terminal import open_terminal, shell_url
-    from troupe.client.sdk import load_settings
+    from troupe.client.settings import load_settings
 
     url, key = load_settings()
     result = open_terminal(shell_url(url, name, kernel), key)

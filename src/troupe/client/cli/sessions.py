@@ -5,7 +5,6 @@ use a running session's kernels (logs, exec, run, shell) are in
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -24,14 +23,18 @@ from troupe.client.cli.output import (
     console,
     err_console,
     fail,
-    fmt_time,
-    format_size,
     print_fields,
     print_json,
-    print_table,
-    short_id,
 )
 from troupe.client.cli.status_text import status_info_lines
+from troupe.client.cli.table import (
+    SESSION_COLUMNS,
+    fmt_time,
+    format_size,
+    print_table,
+    session_row,
+    short_id,
+)
 
 if TYPE_CHECKING:
     from rich.status import Status
@@ -321,24 +324,7 @@ def list_(
 
         print_json([SessionInfo.model_validate(s) for s in sessions])
         return
-    print_table(
-        ["NAME", "STATUS", "TYPE", "IMAGE", "SIZE", "MODE", "CPU", "MEM", "CREATED", "ID"],
-        [
-            [
-                s["name"],
-                s["status"],
-                s["type"],
-                s["image"],
-                int(s["cluster_size"]),
-                s["cluster_mode"],
-                float(s["resources"]["cpu"]),
-                format_size(int(s["resources"]["mem"])),
-                fmt_time(datetime.fromisoformat(s["created_at"])),
-                short_id(s["id"], 8),
-            ]
-            for s in sessions
-        ],
-    )
+    print_table(SESSION_COLUMNS, [session_row(s) for s in sessions])
 
 
 @app.command()

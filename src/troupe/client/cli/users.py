@@ -9,17 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from troupe.client.cli.output import (
-    client,
-    console,
-    err_console,
-    fail,
-    fmt_time,
-    human_size,
-    print_fields,
-    print_json,
-    print_table,
-)
+from troupe.client.cli.output import client, console, err_console, fail, print_fields, print_json
+from troupe.client.cli.table import fmt_time, human_size, print_table
 
 if TYPE_CHECKING:
     from troupe.api.models import UserInfo
