@@ -9,13 +9,15 @@ goes away.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncIterator
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+import orjson
 from fastapi import APIRouter, Query, Request, Response, WebSocket
 from fastapi.responses import StreamingResponse
-from sqlalchemy import bindparam, case, literal, select, tuple_
+from sqlalchemy import Select, bindparam, case, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import joinedload
 from sqlalchemy.sql.elements import BindParameter
@@ -31,7 +33,7 @@ from troupe.manager.logs import after
 from troupe.manager.routes.views import (
     session_columns,
     session_info,
-    session_infos,
+    session_wires,
 )
 from troupe.manager.store.models import Session, User
 from troupe.manager.streams import SlotResponse, streams_of, unless_disconnected
@@ -44,6 +46,23 @@ LIST_LIMIT, LIST_MAX = 100, 1000
 ACTIVE: BindParameter[list[str]] = bindparam(
     "active", sorted(SESSION_ACTIVE), expanding=True, literal_execute=True
 )
+
+
+@functools.cache
+def list_query(own: bool, active: bool, paged: bool) -> Select[Any]:
+    """The list's statement for one combination of its filters, built once: its values are
+    parameters (``owner_id``, ``limit``, ``mark_at``, ``mark_id``). Building the statement
+    for each request, and SQLAlchemy matching a new statement's columns to its cached
+    compiled form, cost a page a fifth of its time."""
+    q = session_columns()
+    if own:
+        q = q.where(Session.owner_id == bindparam("owner_id"))
+    if active:
+        q = q.where(Session.status.in_(ACTIVE))
+    if paged:
+        mark = tuple_(bindparam("mark_at", type_=Session.created_at.type), bindparam("mark_id"))
+        q = q.where(tuple_(Session.created_at, Session.id) < mark)
+    return q.order_by(Session.created_at.desc(), Session.id.desc()).limit(bindparam("limit"))
 
 
 async def find_session(db: AsyncSession, user: User, ref: str) -> Session:
@@ -89,7 +108,6 @@ async def create_session(
 @router.get("/sessions", response_model=list[SessionInfo])
 async def list_sessions(
     request: Request,
-    response: Response,
     db: DB,
     user: CurrentUser,
     all: Annotated[bool, Query(description="include finished sessions")] = False,
@@ -99,15 +117,14 @@ async def list_sessions(
     before: Annotated[
         str | None, Query(max_length=64, description="a session's id: the page before it")
     ] = None,
-) -> list[SessionInfo]:
+) -> Response:
     """The newest ``limit`` sessions (the user's, every user's for admins; active ones unless
     ``all``), oldest first. When older ones remain, a ``Link: <...>; rel="next"`` header gives
-    the next page: the same query with ``before`` the first session's id."""
-    q = session_columns()
-    if not user.admin:
-        q = q.where(Session.owner_id == user.id)
-    if not all:
-        q = q.where(Session.status.in_(ACTIVE))
+    the next page: the same query with ``before`` the first session's id.
+
+    Sent as :func:`~troupe.manager.routes.views.session_wire` data dumped with orjson, the
+    JSON of the ``SessionInfo`` models the schema names (held together by a property test)."""
+    params: dict[str, Any] = {"owner_id": user.id, "limit": limit + 1}
     if before is not None:
         mark = select(Session.created_at, Session.id).where(Session.id == before)
         if not user.admin:
@@ -115,15 +132,15 @@ async def list_sessions(
         row = (await db.execute(mark)).one_or_none()
         if row is None:
             raise NotFound.of("session", before)
-        mark_at = literal(row.created_at, Session.created_at.type)
-        q = q.where(tuple_(Session.created_at, Session.id) < tuple_(mark_at, row.id))
-    q = q.order_by(Session.created_at.desc(), Session.id.desc()).limit(limit + 1)
-    page = await session_infos(db, q)
+        params.update(mark_at=row.created_at, mark_id=row.id)
+    q = list_query(own=not user.admin, active=not all, paged=before is not None)
+    page = await session_wires(db, q, params)
+    headers = {}
     if len(page) > limit:
         page = page[:limit]
-        after = request.url.include_query_params(before=page[-1].id)
-        response.headers["Link"] = f'<{after.path}?{after.query}>; rel="next"'
-    return page[::-1]
+        after = request.url.include_query_params(before=page[-1]["id"])
+        headers["Link"] = f'<{after.path}?{after.query}>; rel="next"'
+    return Response(orjson.dumps(page[::-1]), media_type="application/json", headers=headers)
 
 
 @router.get("/sessions/{ref}", response_model=SessionInfo)
