@@ -228,6 +228,15 @@ def test_exec_leaves_refusals_to_the_full_command(
     assert capsysbinary.readouterr().out == b""
 
 
+def test_an_interrupt_ends_it_quietly(api: type[Api], monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*args: Any, **kw: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fastpath, "_open", interrupted)
+    assert fastpath.run(["session", "list"]) == 130
+    assert fastpath.run(["session", "exec", "s1", "--", "true"]) == 130
+
+
 @pytest.mark.parametrize(
     "env",
     [

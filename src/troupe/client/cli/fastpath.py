@@ -43,12 +43,15 @@ NO_EXIT_CODE = "the command's output ended without an exit code"
 def run(argv: list[str]) -> int | None:
     """The exit code of a command answered here, or None when the full CLI must answer it."""
     code = None
-    if argv[:2] == ["session", "list"] and set(argv[2:]) <= LIST_FLAGS:
-        code = _list(all_=bool(argv[2:]))
-    elif argv[:2] == ["session", "exec"]:
-        parsed = exec_args(argv[2:])
-        if parsed is not None:
-            code = _exec(**parsed)
+    try:
+        if argv[:2] == ["session", "list"] and set(argv[2:]) <= LIST_FLAGS:
+            code = _list(all_=bool(argv[2:]))
+        elif argv[:2] == ["session", "exec"]:
+            parsed = exec_args(argv[2:])
+            if parsed is not None:
+                code = _exec(**parsed)
+    except KeyboardInterrupt:  # as the full command: no traceback, 128 + SIGINT
+        return 130
     if code is None and sys.modules.get("http.client") in _WITHOUT_TLS:
         del sys.modules["http.client"]  # the full command line gets the whole module
     return code
