@@ -137,11 +137,19 @@ def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[Api]]:
         monkeypatch.delenv(var, raising=False)
         monkeypatch.delenv(var.upper(), raising=False)
     Api.answer, Api.seen = {}, []
+    http_client = sys.modules.get("http.client")
     try:
         yield Api
     finally:
         server.shutdown()
         server.server_close()
+        # the fast path may have loaded http.client without ssl: later tests get this
+        # process's own module back
+        if http_client is not None:
+            sys.modules["http.client"] = http_client
+        elif sys.modules.get("http.client") in fastpath._WITHOUT_TLS:
+            del sys.modules["http.client"]
+        fastpath._WITHOUT_TLS.clear()
 
 
 def frames(*items: bytes | int | dict[str, Any]) -> list[bytes]:
