@@ -165,30 +165,26 @@ def session_wire(
     }
 
 
-def build_session_info(
-    s: Mapping[str, Any], owner: str, kernels: Sequence[Mapping[str, Any]]
-) -> SessionInfo:
-    """The model of :func:`session_wire`'s data: one validation of plain data builds the whole
-    model (constructing the nested models one by one took most of a list page's time)."""
-    return SessionInfo.model_validate(session_wire(s, owner, kernels))
-
-
 def fields(obj: Any, keys: Sequence[str]) -> dict[str, Any]:
-    """An ORM object's shown fields as :func:`build_session_info` takes them."""
+    """An ORM object's shown fields as :func:`session_wire` takes them."""
     return {k: getattr(obj, k) for k in keys}
 
 
 def session_info(s: Session, owner: str | None = None) -> SessionInfo:
-    """The wire model of a loaded session (with its kernels; its owner's name unless given)."""
-    return build_session_info(
-        fields(s, SESSION_KEYS),
-        s.owner.name if owner is None else owner,
-        [fields(k, KERNEL_KEYS) for k in s.kernels],
+    """The wire model of a loaded session (with its kernels; its owner's name unless given):
+    one validation of plain data builds the whole model (constructing the nested models one by
+    one took most of a list page's time)."""
+    return SessionInfo.model_validate(
+        session_wire(
+            fields(s, SESSION_KEYS),
+            s.owner.name if owner is None else owner,
+            [fields(k, KERNEL_KEYS) for k in s.kernels],
+        )
     )
 
 
 def session_columns() -> Select[Any]:
-    """``SELECT`` of what :func:`session_infos` shows (with the owner's name as ``owner``), for
+    """``SELECT`` of what :func:`session_wires` shows (with the owner's name as ``owner``), for
     the caller to filter and order."""
     return select(*SESSION_COLUMNS, User.name.label("owner")).join(
         User, User.id == Session.owner_id
