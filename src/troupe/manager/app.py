@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from troupe import __version__
 from troupe.api import edge
 from troupe.api.agent import AgentBackend
-from troupe.manager.auth import ensure_admin
+from troupe.manager.auth import KeyCache, ensure_admin
 from troupe.manager.changes import ChangeBus
 from troupe.manager.config import ServerConfig
 from troupe.manager.fleet import RemoteFactory
@@ -62,7 +62,8 @@ def create_app(
             private_file(config.data_dir / "troupe.db")
         engine = make_engine(config.database_url)
         await migrate(engine)
-        store = Store(engine, ChangeBus())
+        keys = KeyCache()
+        store = Store(engine, ChangeBus(), keys.session_info())
         config.resolve_agent_token()
         async with store() as s:
             if await ensure_admin(
@@ -77,6 +78,7 @@ def create_app(
             await engine.dispose()
             raise
         app.state.config, app.state.db, app.state.registry = config, store, registry
+        app.state.keys = keys
         try:
             yield
         finally:

@@ -11,11 +11,15 @@ import hashlib
 import json
 import os
 import secrets
+import time
 import uuid
+from itertools import chain
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session as SyncSession
 
 from troupe.manager.store.models import User
 
@@ -62,10 +66,83 @@ def rotate_key(user: User) -> str:
 
 async def user_for_key(db: AsyncSession, key: str) -> User | None:
     """The user of ``key``; None for an unknown, revoked or rotated key or a deleted user."""
+    return await _user_for_hash(db, hash_key(key))
+
+
+async def _user_for_hash(db: AsyncSession, key_hash: str) -> User | None:
     result = await db.execute(
-        select(User).where(User.key_hash == hash_key(key), User.deleted_at.is_(None))
+        select(User).where(User.key_hash == key_hash, User.deleted_at.is_(None))
     )
     return result.scalar_one_or_none()
+
+
+_KEYS, _USERS_CHANGED = "troupe.keys", "troupe.users-changed"
+
+
+class KeyCache:
+    """Who holds which API key, remembered for a few seconds: requests come in runs (a CLI
+    loop, the web UI's polling), and the key's query was a tenth of a cheap request's time.
+
+    Emptied whenever a ``users`` row changes through a database session that carries it
+    (:meth:`session_info`; the manager's are the only writers: one manager process serves the
+    API), when that change is flushed and again when it commits; an entry also expires after
+    :attr:`TTL` seconds (a row changed by hand). A look-up that began before a change does not
+    put its (stale) answer in (:attr:`generation`). The users handed out are detached rows:
+    read them, never change them.
+    """
+
+    TTL = 10.0
+    MAX = 10_000
+
+    def __init__(self) -> None:
+        self._users: dict[str, tuple[float, User]] = {}
+        #: bumped on every change of a users row
+        self.generation = 0
+
+    def session_info(self) -> dict[str, Any]:
+        """What a database session's ``info`` holds so that its user changes empty this."""
+        return {_KEYS: self}
+
+    def clear(self) -> None:
+        self.generation += 1
+        self._users.clear()
+
+    async def user(self, db: AsyncSession, key: str) -> User | None:
+        """:func:`user_for_key`, from memory when it was asked shortly before."""
+        key_hash = hash_key(key)
+        hit = self._users.get(key_hash)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < self.TTL:
+            return hit[1]
+        generation = self.generation
+        user = await _user_for_hash(db, key_hash)
+        if user is not None and generation == self.generation:
+            if len(self._users) >= self.MAX:
+                self._users.clear()
+            self._users[key_hash] = (now, user)
+        return user
+
+
+@event.listens_for(SyncSession, "after_flush")
+def _users_flushed(session: SyncSession, flush_context: Any) -> None:
+    cache = session.info.get(_KEYS)
+    if isinstance(cache, KeyCache) and any(
+        isinstance(o, User) for o in chain(session.new, session.dirty, session.deleted)
+    ):
+        cache.clear()
+        session.info[_USERS_CHANGED] = True
+
+
+@event.listens_for(SyncSession, "after_commit")
+def _users_committed(session: SyncSession) -> None:
+    cache = session.info.get(_KEYS)
+    if session.info.pop(_USERS_CHANGED, False) and isinstance(cache, KeyCache):
+        cache.clear()  # (a look-up between the flush and the commit read the old row)
+
+
+@event.listens_for(SyncSession, "after_soft_rollback")
+def _users_rolled_back(session: SyncSession, previous_transaction: Any) -> None:
+    session.info.pop(_USERS_CHANGED, None)
 
 
 def write_credentials(path: Path, api_url: str, api_key: str) -> None:

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
 from troupe.api.errors import Forbidden, Unauthorized
-from troupe.manager.auth import user_for_key
+from troupe.manager.auth import KeyCache
 from troupe.manager.registry import Registry
 from troupe.manager.store.models import User
 from troupe.manager.store.unit import Store
@@ -57,8 +57,9 @@ async def authenticate(store: Store, conn: HTTPConnection) -> User:
                 " not in the URL or X-Api-Key"
             )
         raise Unauthorized("missing API key (Authorization: Bearer <key>)")
+    keys: KeyCache = conn.app.state.keys
     async with store() as db:
-        user = await user_for_key(db, key)
+        user = await keys.user(db, key)
     if user is None:
         raise Unauthorized("invalid API key")
     return user

@@ -178,14 +178,15 @@ class Registry:
             self._wake.clear()
             next_pass = min(5.0, self.config.agent_timeout / 3)
             try:
-                if time.monotonic() - last_check >= check_every:
-                    last_check = time.monotonic()
-                    await self.fleet.check()
                 result = await placing.place_pending(self.life)
                 if result.next_due is not None:
                     next_pass = min(next_pass, result.next_due)
                 for sid in result.placed:
                     self._preparers[sid] = self._spawn(self._prepare(sid), f"prepare-{sid}")
+                # (after placing: a new session does not wait for it)
+                if time.monotonic() - last_check >= check_every:
+                    last_check = time.monotonic()
+                    await self.fleet.check()
                 if time.monotonic() - last_sweep > self.config.sweep_interval:
                     last_sweep = time.monotonic()
                     await self.fleet.sweep_orphans()

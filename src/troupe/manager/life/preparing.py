@@ -22,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from troupe.api.agent import KernelSpec, NetworkSpec, ReadyTimes
+from troupe.api.agent import KernelSpec, KernelStarted, NetworkSpec, ReadyTimes
 from troupe.api.aio import gather_all
 from troupe.api.errors import AgentFailed, TroupeError
 from troupe.api.lifecycle import (
@@ -109,14 +109,15 @@ async def prepare(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] |
             plan.deadline = limit.when() or 0.0
             await _create_network(life, session_id, plan)
             step = "creating kernels"
-            containers = await _create_kernels(life, session_id, plan, inbox)
+            started = await _create_kernels(life, session_id, plan, inbox)
             step = "waiting until every kernel reaches every other"
-            times = await _wait_ready(life, plan, containers, inbox)
+            times = await _wait_ready(life, session_id, plan, started, inbox)
             if not await _running(life, session_id, times):
                 return None
             if plan.batch:
                 step = "starting the batch command"
-                await life.fleet[plan.kernels[session_id][1]].signal_go(containers["main1"])
+                main1 = started[session_id]  # (main1's kernel id is the session's)
+                await life.fleet[plan.kernels[session_id][1]].signal_go(main1.container_id)
     except Abandoned:
         return None
     except Failed as e:
@@ -160,11 +161,11 @@ async def _begin_step(life: Life, session_id: str, claim: bool) -> Plan | None:
             if life.fleet.get(a.id)
         ]
         net = plan_network(nets, agent_ids, with_folders=bool(s.mounts))
+        subnet = ""
+        if claim and set(agent_ids) <= {net.creator}:  # (before the changes: one UPDATE)
+            s.subnet = subnet = await _free_subnet(life, db, [])
         s.network = f"troupe-{session_id[:12]}"
         transition(s, S.PREPARING, changes_of(db))
-        subnet = ""
-        if claim and set(agent_ids) <= {net.creator}:
-            s.subnet = subnet = await _free_subnet(life, db, [])
         spec = NetworkSpec(
             name=s.network,
             session_id=s.id,
@@ -248,8 +249,10 @@ async def settled(call: Awaitable[T]) -> T:
         raise
 
 
-async def _create_kernels(life: Life, session_id: str, plan: Plan, inbox: Inbox) -> dict[str, str]:
-    """Creates and starts every kernel on its agent; returns hostname -> container id."""
+async def _create_kernels(
+    life: Life, session_id: str, plan: Plan, inbox: Inbox
+) -> dict[str, KernelStarted]:
+    """Creates and starts every kernel on its agent; returns them by kernel id."""
     async with life.store() as db:
         specs = session_kernel_specs(await load(db, session_id), ready_timeout=plan.left())
     by_agent: dict[str, list[KernelSpec]] = defaultdict(list)
@@ -258,10 +261,16 @@ async def _create_kernels(life: Life, session_id: str, plan: Plan, inbox: Inbox)
     started_lists = await settled(
         gather_all(life.fleet[a].create_kernels(ks) for a, ks in by_agent.items())
     )
-    started = {k.kernel_id: k for lst in started_lists for k in lst}
     _raise_exits(plan, inbox)
+    return {k.kernel_id: k for lst in started_lists for k in lst}
 
-    async def record(db: AsyncSession) -> dict[str, str]:
+
+async def _record_kernels(
+    life: Life, session_id: str, plan: Plan, started: dict[str, KernelStarted]
+) -> None:
+    """The kernels' containers, addresses and times; the kernels RUNNING."""
+
+    async def record(db: AsyncSession) -> None:
         s = await load(db, session_id)
         if s.status != S.PREPARING:
             raise Abandoned
@@ -272,20 +281,36 @@ async def _create_kernels(life: Life, session_id: str, plan: Plan, inbox: Inbox)
             k.container_id, k.ip = one.container_id, one.ip
             mark(k, {"created": one.created_at, "started": one.started_at})
             transition(k, K.RUNNING, changes)
-        return {k.hostname: k.container_id or "" for k in s.kernels}
 
-    return await life.store.write(record)
+    await life.store.write(record)
 
 
 async def _wait_ready(
-    life: Life, plan: Plan, containers: dict[str, str], inbox: Inbox
+    life: Life, session_id: str, plan: Plan, started: dict[str, KernelStarted], inbox: Inbox
 ) -> dict[str, ReadyTimes]:
-    """The readiness barrier on every agent at once; a kernel exit ends it at once. Returns
-    each kernel's phase times (hostname -> phase -> ISO time)."""
+    """The readiness barrier on every agent at once, while the kernels are recorded (off the
+    start-up's path); a kernel exit ends it at once. Returns each kernel's phase times
+    (hostname -> phase -> ISO time)."""
+    record = asyncio.ensure_future(_record_kernels(life, session_id, plan, started))
+    try:
+        times = await _ready(life, plan, started, inbox)
+    except BaseException:
+        # a teardown follows: it finds the containers (and saves their logs) by the record,
+        # so the record is finished first (a bounded while)
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(record), SETTLE_SECONDS)
+        raise
+    await record
+    return times
+
+
+async def _ready(
+    life: Life, plan: Plan, started: dict[str, KernelStarted], inbox: Inbox
+) -> dict[str, ReadyTimes]:
     hosts = [h for h, _ in plan.kernels.values()]
     by_agent: dict[str, dict[str, str]] = defaultdict(dict)
-    for host, agent_id in plan.kernels.values():
-        by_agent[agent_id][host] = containers[host]
+    for kernel_id, (host, agent_id) in plan.kernels.items():
+        by_agent[agent_id][host] = started[kernel_id].container_id
     ready = asyncio.ensure_future(
         gather_all(life.fleet[a].wait_ready(c, hosts, plan.left()) for a, c in by_agent.items())
     )

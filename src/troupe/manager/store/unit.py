@@ -10,7 +10,7 @@ fresh rows. No agent call happens inside a unit: read, call agents, then write.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from sqlalchemy import event
@@ -47,10 +47,15 @@ def _drop(session: SyncSession, previous_transaction: Any) -> None:
 
 
 class Store:
-    def __init__(self, engine: AsyncEngine, bus: ChangeBus) -> None:
+    def __init__(
+        self, engine: AsyncEngine, bus: ChangeBus, info: Mapping[str, Any] | None = None
+    ) -> None:
+        """``info``: more for every database session's ``info`` (listeners of its events)."""
         self.engine = engine
         self.bus = bus
-        self._maker = async_sessionmaker(engine, expire_on_commit=False, info={_BUS: bus})
+        self._maker = async_sessionmaker(
+            engine, expire_on_commit=False, info={**(info or {}), _BUS: bus}
+        )
 
     def __call__(self) -> AsyncSession:
         """A database session (use ``async with``); commit to publish its changes."""
