@@ -374,8 +374,11 @@ async def troupe(
         finally:
             t1 = time.perf_counter()
             if info.get("status") not in ("TERMINATED", "ERROR", "CANCELLED"):
-                (await api.delete(f"/sessions/{sid}")).raise_for_status()
-                fin = await session_until(api, sid, "final", limit=o.timeout)
+                gone = await api.delete(f"/sessions/{sid}")
+                gone.raise_for_status()
+                fin = gone.json()  # the answer comes once the teardown is over
+                if fin["status"] not in ("TERMINATED", "ERROR", "CANCELLED"):
+                    fin = await session_until(api, sid, "final", limit=o.timeout)
                 if fin["status"] != "TERMINATED":
                     run.extra["final"] = fin["status"]
             if run.up_s is not None:
