@@ -83,6 +83,9 @@ class Plan:
     #: kernel id -> (hostname, agent id), by rank
     kernels: dict[str, tuple[str, str]]
     batch: bool
+    #: the session as loaded when preparing began, with its kernels (detached: read only):
+    #: what the kernels' specs are made of, without reading it again on the way to their start
+    session: Session
     #: event-loop time by which the session must be RUNNING
     deadline: float = 0.0
     #: when the network was made (ISO time: the session's ``network`` phase)
@@ -109,7 +112,7 @@ async def prepare(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] |
             plan.deadline = limit.when() or 0.0
             await _create_network(life, session_id, plan)
             step = "creating kernels"
-            started = await _create_kernels(life, session_id, plan, inbox)
+            started = await _create_kernels(life, plan, inbox)
             step = "waiting until every kernel reaches every other"
             times = await _wait_ready(life, session_id, plan, started, inbox)
             if not await _running(life, session_id, times):
@@ -175,7 +178,7 @@ async def _begin_step(life: Life, session_id: str, claim: bool) -> Plan | None:
             driver=net.driver,
             mtu=net.mtu,
         )
-        return Plan(spec, net.creator, kernels, s.type == SessionType.BATCH)
+        return Plan(spec, net.creator, kernels, s.type == SessionType.BATCH, s)
 
     return await life.store.write(step)
 
@@ -249,12 +252,9 @@ async def settled(call: Awaitable[T]) -> T:
         raise
 
 
-async def _create_kernels(
-    life: Life, session_id: str, plan: Plan, inbox: Inbox
-) -> dict[str, KernelStarted]:
+async def _create_kernels(life: Life, plan: Plan, inbox: Inbox) -> dict[str, KernelStarted]:
     """Creates and starts every kernel on its agent; returns them by kernel id."""
-    async with life.store() as db:
-        specs = session_kernel_specs(await load(db, session_id), ready_timeout=plan.left())
+    specs = session_kernel_specs(plan.session, ready_timeout=plan.left())
     by_agent: dict[str, list[KernelSpec]] = defaultdict(list)
     for spec in specs:
         by_agent[plan.kernels[spec.kernel_id][1]].append(spec)
