@@ -153,3 +153,35 @@ def test_ready_wakes_when_the_entrypoint_says_it_is_set_up(docker_engine: None) 
     ms = int(r.stdout.split()[-1]) if r.stdout.split() else -1
     assert r.returncode == 0 and r.stdout.startswith("troupe: ready\n"), r.stdout + r.stderr
     assert ms < 800, f"ready after {ms} ms: not woken by the FIFO"
+
+
+def _ready_timed(agent_says: bool) -> tuple[str, int]:
+    """ready.sh of a set-up kernel with one peer (127.0.0.1, which answers at once) whose
+    files carry the agent's marker; the agent writes "peers" after 0.3 s if ``agent_says``.
+    Its output and how long it took (ms)."""
+    script = (
+        "mkdir -p /run/troupe && mkfifo -m 600 /run/troupe/events; "
+        ": > /run/troupe/agent-signals; : > /run/troupe/started; "
+        + ("(sleep 0.3; echo peers 1<> /run/troupe/events) & " if agent_says else "")
+        + "s=$EPOCHREALTIME; bash /opt/troupe/ready.sh 10 127.0.0.1; e=$EPOCHREALTIME; "
+        "echo $(( (${e/./} - ${s/./}) / 1000 ))"
+    )
+    r = docker(
+        *("run", "--rm", "--network", "none", "-v", f"{runner_dir()}:/opt/troupe:ro"),
+        *("--entrypoint", "/bin/bash", BASE_IMAGE, "-c", script),
+        check=False,
+    )
+    ms = int(r.stdout.split()[-1]) if r.stdout.split() else -1
+    return r.stdout + r.stderr, ms
+
+
+def test_ready_probes_no_peer_before_the_agent_says_they_started(docker_engine: None) -> None:
+    """Where the agent tells the kernel that every peer started (agent/files.py), ready.sh
+    probes none before: ready right after the agent's line; without it, it probes on its own
+    after PEERS_FALLBACK (2) seconds."""
+    out, ms = _ready_timed(agent_says=True)
+    assert out.startswith("troupe: ready\n"), out
+    assert 250 <= ms < 1500, f"ready after {ms} ms: not when the agent said so"
+    out, ms = _ready_timed(agent_says=False)
+    assert out.startswith("troupe: ready\n"), out
+    assert 1500 <= ms < 4000, f"ready after {ms} ms without the agent's line"

@@ -100,10 +100,15 @@ def test_three_kernels_env_ssh_and_entry_paths(server: Server) -> None:
         assert all(k.ip and k.container_id for k in detail.kernels)
         code, out = sh(c, name, "ls /sys/class/net | grep -v '^lo$' | wc -l")
         assert out.strip() == "1"
-        # the kernels' files came as an archive bind-mounted from the agent's tmpfs; it stays
-        # while the kernel lives, so that the engine's own copy (docker cp) still works
+        # the kernels' files came as an archive bind-mounted from the agent's tmpfs, with their
+        # readiness FIFOs; they stay while the kernel lives, so that the engine's own copy
+        # (docker cp) still works
         archives = sorted(p.name for p in FILES_DIR.glob(f"troupe-{info.id[:12]}*"))
-        assert archives == [f"troupe-{info.id[:12]}-{h}.tar" for h in sorted(hosts)]
+        assert archives == sorted(
+            f"troupe-{info.id[:12]}-{h}.{ext}" for h in hosts for ext in ("tar", "events")
+        )
+        code, out = sh(c, name, "test -p /run/troupe/events && test -e /run/troupe/agent-signals")
+        assert code == 0, out
         main1 = next(k.container_id for k in detail.kernels if k.hostname == "main1")
         with tempfile.TemporaryDirectory() as tmp:
             docker("cp", f"{main1}:/etc/hostname", f"{tmp}/hostname")

@@ -30,7 +30,7 @@ from troupe.agent import networks, ready
 from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
 from troupe.agent.exec import PipeIO, ShellIO
-from troupe.agent.files import files_path, files_tar, remove_files
+from troupe.agent.files import events_path, files_path, kernel_files, peers_started, remove_files
 from troupe.agent.kernel import (
     KernelLimits,
     container_config,
@@ -110,6 +110,8 @@ class DockerAgent:
         self._exits: ExitWatcher | None = None
         #: containers this agent is removing (their deaths are no news), kept a while after
         self._removing: set[str] = set()
+        #: container id -> its readiness FIFO here, from its creation until its readiness wait
+        self._events: dict[str, Path] = {}
         #: ``--gpus`` and ``--nvidia-smi``; what start() found: the GPUs offered, or why none
         self._gpu_choice = gpu_discovery.Choice.parse(gpus)
         self._nvidia_smi = nvidia_smi
@@ -266,14 +268,19 @@ class DockerAgent:
         for m in spec.mounts:
             (folders / m.folder_id).mkdir(parents=True, exist_ok=True)
             folder_path(folders, m)  # again, now that it exists
-        tar = files_tar(spec) if spec.files else None
+        files = kernel_files(spec) if spec.files else None
         config = container_config(
-            spec, runner_dir(), str(folders), self.limits, str(tar) if tar else None
+            spec,
+            runner_dir(),
+            str(folders),
+            self.limits,
+            str(files.tar) if files else None,
+            str(files.events) if files and files.events else None,
         )
         try:
             with step(kernel=spec.hostname):
                 container = await self.docker.containers.create(config, name=spec.container_name)
-                if spec.files and tar is None:
+                if spec.files and files is None:
                     await container.put_archive(  # type: ignore[no-untyped-call]
                         "/", files_archive(spec.files)
                     )
@@ -282,7 +289,10 @@ class DockerAgent:
         except BaseException:
             # (a container made before the failure goes with the rollback)
             files_path(spec.container_name).unlink(missing_ok=True)
+            events_path(spec.container_name).unlink(missing_ok=True)
             raise
+        if files and files.events:
+            self._events[info["Id"]] = files.events
         if not info["State"].get("Running"):
             tail = await klogs.last_lines(self.docker, info["Id"], START_FAILURE_LINES)
             detail = " ".join(line.strip() for line in tail)
@@ -308,9 +318,13 @@ class DockerAgent:
         """Waits until this agent's kernels say they are ready (:mod:`troupe.agent.ready`).
 
         ``containers``: hostname -> container id of the kernels here. ``hosts`` (every kernel
-        of the session) is not needed: each kernel knows its peers from its environment.
+        of the session) is not needed: each kernel knows its peers from its environment. The
+        manager asks once every kernel of the session started (on every agent): this says so
+        to each kernel here, which then probes its peers (:func:`peers_started`).
         """
-        return await ready.wait_ready(self.docker, containers, timeout)
+        fifos = [f for c in containers.values() if (f := self._events.pop(c, None))]
+        with peers_started(fifos):
+            return await ready.wait_ready(self.docker, containers, timeout)
 
     async def signal_go(self, container_id: str) -> None:
         """Lets a batch main1 start its command (it waits until the session is ready)."""
@@ -331,6 +345,7 @@ class DockerAgent:
         async def remove(c: dict[str, Any]) -> tuple[str, str]:
             host = c["Labels"].get(LABEL_HOSTNAME, c["Id"][:12])
             self._removing.add(c["Id"])  # (its die event may come after the removal)
+            self._events.pop(c["Id"], None)
             asyncio.get_running_loop().call_later(REMOVING_SECONDS, self._removing.discard, c["Id"])
             # (kernels never have a TTY: container_config sets none)
             text = await klogs.last_bytes(self.docker, c["Id"], self.saved_log_bytes, tty=False)

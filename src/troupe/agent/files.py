@@ -1,33 +1,57 @@
 """Kernels' files archives on this host: written before a container starts, bind-mounted into
-it and unpacked by its entrypoint, removed with the container."""
+it and unpacked by its entrypoint, removed with the container. With each archive, the kernel's
+readiness FIFO (``/run/troupe/events``, runner/ready.sh), bind-mounted too, so that the agent
+can tell the kernel when all its peers started (:func:`tell_peers_started`)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from troupe.agent.kernel import files_archive
-from troupe.api.agent import KernelSpec
+from troupe.agent.kernel import EVENTS_MOUNT, files_archive
+from troupe.api.agent import FileSpec, KernelSpec
 
 log = logging.getLogger(__name__)
 
 #: Where kernels' files archives live while their containers do: tmpfs, so the session's keys
-#: in them never reach a disk. One file per container, named after it and removed with it: the
-#: container's bind mount needs it only to start, but the engine mounts every bind again for
-#: ``docker cp`` and refuses if a source is gone.
+#: in them never reach a disk. An archive and a FIFO per container, named after it and removed
+#: with it: the container's bind mount needs the archive only to start, but the engine mounts
+#: every bind again for ``docker cp`` and refuses if a source is gone.
 FILES_DIR = Path("/run/troupe-agent")
+
+
+#: The marker that tells the kernel's ready.sh that the agent writes "peers" to its readiness
+#: FIFO (EVENTS_MOUNT: ready.sh waits on it; the entrypoint writes "started" to it).
+SIGNALS = "/run/troupe/agent-signals"
+PEERS_LINE = b"peers\n"
 
 
 def files_path(container_name: str) -> Path:
     return FILES_DIR / f"{container_name}.tar"
 
 
-def files_tar(spec: KernelSpec) -> Path | None:
-    """The kernel's files archive written to a new private file in FILES_DIR; None when that
-    cannot be written (then the engine's archive upload is used)."""
-    path = files_path(spec.container_name)
+def events_path(container_name: str) -> Path:
+    return FILES_DIR / f"{container_name}.events"
+
+
+@dataclass(frozen=True)
+class KernelFiles:
+    """Host paths of a kernel's files archive and of its readiness FIFO."""
+
+    tar: Path
+    events: Path | None
+
+
+def kernel_files(spec: KernelSpec) -> KernelFiles | None:
+    """The kernel's files archive, written to a new private file in FILES_DIR, and its
+    readiness FIFO there (left out where it cannot be made: then the kernel makes its own and
+    probes its peers until they answer); None when the archive cannot be written (then the
+    engine's archive upload is used)."""
+    path, events = files_path(spec.container_name), events_path(spec.container_name)
     try:
         FILES_DIR.mkdir(mode=0o700, exist_ok=True)
         path.unlink(missing_ok=True)  # left by a container of that name that was not removed
@@ -35,14 +59,53 @@ def files_tar(spec: KernelSpec) -> Path | None:
     except OSError as e:
         log.warning("kernel files go through the engine: %s: %s", FILES_DIR, e.strerror or e)
         return None
+    files = spec.files
+    fifo = _make_fifo(events, spec.hostname)
+    if fifo:  # mounted in the place of the kernel's own; the marker: wait for "peers"
+        files = [f for f in files if f.path != EVENTS_MOUNT] + [FileSpec(path=SIGNALS, content="")]
     with os.fdopen(fd, "wb") as f:
-        f.write(files_archive(spec.files))
-    return path
+        f.write(files_archive(files))
+    return KernelFiles(path, events if fifo else None)
+
+
+def _make_fifo(path: Path, hostname: str) -> bool:
+    try:
+        path.unlink(missing_ok=True)
+        os.mkfifo(path, 0o600)
+    except OSError as e:
+        log.warning("kernel %s probes its peers: no FIFO: %s", hostname, e.strerror or e)
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def peers_started(fifos: list[Path]) -> Iterator[None]:
+    """Tells the kernels of these FIFOs that every kernel of their session started, so they
+    probe their peers now (once), not every 10-50 ms while they wait. The line stays in each
+    FIFO while inside (a FIFO's data lives only while some end of it is open): the kernel may
+    not have opened it yet. A FIFO that cannot be written to is skipped: that kernel starts
+    probing on its own a little later (runner/ready.sh PEERS_FALLBACK)."""
+    fds = []
+    try:
+        for path in fifos:
+            try:  # (read-write: never blocks, never fails for want of a reader)
+                fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            fds.append(fd)
+            with contextlib.suppress(OSError):
+                os.write(fd, PEERS_LINE)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def remove_files(session_id: str) -> None:
-    """Removes the files archives of a session's containers (also of those never created)."""
+    """Removes the files archives and FIFOs of a session's containers (also of those never
+    created)."""
     with contextlib.suppress(OSError):
-        for path in FILES_DIR.glob(f"troupe-{session_id[:12]}-*.tar"):
-            with contextlib.suppress(OSError):
-                path.unlink()
+        for path in FILES_DIR.glob(f"troupe-{session_id[:12]}-*"):
+            if path.suffix in (".tar", ".events"):
+                with contextlib.suppress(OSError):
+                    path.unlink()

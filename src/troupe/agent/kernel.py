@@ -32,6 +32,7 @@ RUNNER_MOUNT = "/opt/troupe"
 #: Where a kernel finds its files archive (:func:`files_archive`), bind-mounted read-only from
 #: the agent's host; the entrypoint unpacks it first thing (see :func:`container_config`).
 FILES_MOUNT = "/opt/troupe-files.tar"
+EVENTS_MOUNT = "/run/troupe/events"
 #: A data folder's id, as the manager makes them (``uuid4()``): nothing else is mounted.
 FOLDER_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 #: Where a folder may appear: an absolute, normalised path the bind syntax cannot misread.
@@ -101,13 +102,18 @@ def container_config(
     folders_root: str,
     limits: KernelLimits | None = None,
     files_tar: str | None = None,
+    events_fifo: str | None = None,
 ) -> dict[str, Any]:
     """``files_tar``: the host path of the kernel's files archive, mounted at FILES_MOUNT. The
     engine's own archive upload costs more (at 8 kernels on 2 cores, a third of a second of the
-    start): it mounts the container's file system and runs a helper process to unpack."""
+    start): it mounts the container's file system and runs a helper process to unpack.
+    ``events_fifo``: the host path of the kernel's readiness FIFO, mounted at EVENTS_MOUNT
+    (read-only: the mount; a FIFO's data is written all the same)."""
     binds = [f"{runner_dir}:{RUNNER_MOUNT}:ro"]
     if files_tar is not None:
         binds.append(f"{files_tar}:{FILES_MOUNT}:ro")
+    if events_fifo is not None:
+        binds.append(f"{events_fifo}:{EVENTS_MOUNT}:ro")
     binds += [
         f"{folders_root}/{m.folder_id}:{m.target}:{'ro' if m.readonly else 'rw'}"
         for m in spec.mounts

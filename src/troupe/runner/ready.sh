@@ -15,6 +15,8 @@
 # N x (N-1) of them took most of the CPU of a start-up at 8 kernels on 2 cores.
 # Under bash (used when the image has it) a probe is a builtin redirection to /dev/tcp, which
 # also resolves the name: no process per peer and round. Peers found are not probed again.
+# Where the agent says when every peer's container started ("peers" on the FIFO, see below),
+# no peer is probed before: then one probe each, in the common case.
 _timeout=$1
 shift
 PROBE_PORT=1
@@ -61,12 +63,22 @@ if [ -n "${BASH_VERSION:-}" ] && [ -p "$_events" ] && [ -r "$_events" ] && [ -w 
   && eval 'exec 4<> "$_events"'; then
   _woken=1
 fi
+# _peers_up: whether every peer's container has started, as far as this kernel knows. Where the
+# agent says so (the kernel's files then carry /run/troupe/agent-signals, and the FIFO is the
+# agent's, bind-mounted: it writes "peers" to it once every kernel of the session started), no
+# peer is probed before: a probe of a peer not started yet is a DNS round trip through the
+# engine (which forwards unknown names to the host's resolvers), every 10-50 ms in every kernel
+# until the last one starts. Without that line within PEERS_FALLBACK seconds, probing starts.
+PEERS_FALLBACK=2
+_peers_up=1
+if [ "$_woken" = 1 ] && [ -e /run/troupe/agent-signals ]; then _peers_up=0; fi
 # seconds MS: MS milliseconds as seconds with three decimals, into _s (no subshell)
 seconds() { _s="$(( $1 / 1000 )).$(( $1 % 1000 / 100 ))$(( $1 % 100 / 10 ))$(( $1 % 10 ))"; }
 if [ "$_woken" = 1 ] || { [ -n "${BASH_VERSION:-}" ] && eval 'exec 4<> <(:)'; }; then
-  pause() { seconds "$1"; read -r -t "$_s" -u 4 _; }
+  # (the line read, if any, into _ev: "started" from the entrypoint, "peers" from the agent)
+  pause() { seconds "$1"; _ev=""; read -r -t "$_s" -u 4 _ev; }
 else
-  pause() { seconds "$1"; sleep "$_s" 2>/dev/null || sleep 1; }
+  pause() { seconds "$1"; _ev=""; sleep "$_s" 2>/dev/null || sleep 1; }
 fi
 
 # now: seconds into _now (under bash without a subshell: no fork per round)
@@ -75,6 +87,7 @@ now() {
 }
 
 now
+_began=$_now
 _end=$(( _now + _timeout ))
 _missing="$*"
 _set_up=0 # whether the entrypoint is done (then whether it started sshd is known)
@@ -90,7 +103,11 @@ while :; do
     [ -e /run/troupe/sshd ] || _sshd_up=1
   fi
   if [ "$_set_up" = 1 ] && [ "$_sshd_up" = 0 ] && sshd_listens; then _sshd_up=1; fi
-  if [ "$_wait" -le 0 ] || [ "$_last" = 1 ]; then
+  if [ "$_peers_up" = 0 ] && [ $(( _now - _began )) -ge "$PEERS_FALLBACK" ]; then
+    _peers_up=1
+    _wait=0
+  fi
+  if [ "$_last" = 1 ] || { [ "$_peers_up" = 1 ] && [ "$_wait" -le 0 ]; }; then
     _left=""
     _stop=0
     for _h in $_missing; do
@@ -119,17 +136,21 @@ while :; do
     exit 1
   fi
   # Until the next probe of the peers; but every 10 ms while sshd starts (a short while), and
-  # while the entrypoint is not done if it cannot wake this script; with every peer found,
-  # until the entrypoint wakes it (or 1 s).
+  # while the entrypoint is not done if it cannot wake this script; with every peer found, or
+  # before the agent's "peers", until the entrypoint or the agent wakes it (or 1 s).
   _tick=$_wait
   if [ "$_set_up" = 1 ] && [ "$_sshd_up" = 0 ]; then
     _tick=10
   elif [ "$_set_up" = 0 ] && [ "$_woken" = 0 ]; then
     _tick=10
-  elif [ -z "$_missing" ]; then
+  elif [ -z "$_missing" ] || [ "$_peers_up" = 0 ]; then
     _tick=1000
   fi
   [ "$_tick" -ge 10 ] || _tick=10
   pause "$_tick"
   _wait=$(( _wait - _tick ))
+  if [ "$_ev" = peers ] && [ "$_peers_up" = 0 ]; then
+    _peers_up=1
+    _wait=0
+  fi
 done
