@@ -295,8 +295,9 @@ async def _wait_ready(
     try:
         times = await _ready(life, plan, started, inbox)
     except BaseException:
-        # a teardown follows: it finds the containers (and saves their logs) by the record,
-        # so the record is finished first (a bounded while)
+        # a teardown follows: the record is finished first (a bounded while), so that the
+        # failed session still shows its kernels' containers and times, and the record's
+        # transaction does not race the teardown's
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(asyncio.shield(record), SETTLE_SECONDS)
         raise
