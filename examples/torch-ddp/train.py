@@ -46,7 +46,7 @@ def digest(model: torch.nn.Module) -> tuple[str, float]:
 
 
 def train_ddp() -> None:
-    dist.init_process_group("gloo")  # env:// : MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    """Run between init_process_group and destroy_process_group (see the end of the file)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     model = make_model()
     ddp = DistributedDataParallel(model)
@@ -65,7 +65,7 @@ def train_ddp() -> None:
         f"weights_sum={total:.6f} weights_sha256={sha}",
         flush=True,
     )
-    dist.destroy_process_group()
+    dist.barrier()  # every rank is done with the collectives before any tears down
 
 
 def train_reference(world: int) -> None:
@@ -91,4 +91,10 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--reference"]:
         train_reference(int(sys.argv[2]))
     else:
+        dist.init_process_group("gloo")  # env:// : MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
         train_ddp()
+        # Only now: the DDP model (its reducer holds the process group) is gone with
+        # train_ddp's locals. Destroyed while DDP still held it, the group went at interpreter
+        # exit instead, and gloo's threads could end the process with SIGABRT ("terminate
+        # called without an active exception") after the rank had printed its result.
+        dist.destroy_process_group()
