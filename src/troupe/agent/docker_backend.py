@@ -30,7 +30,7 @@ from troupe.agent import networks, ready
 from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
 from troupe.agent.exec import PipeIO, ShellIO
-from troupe.agent.files import events_path, files_path, kernel_files, peers_started, remove_files
+from troupe.agent.files import discard, kernel_files, peers_started, remove_files
 from troupe.agent.kernel import (
     KernelLimits,
     container_config,
@@ -288,8 +288,7 @@ class DockerAgent:
                 info = await container.show()
         except BaseException:
             # (a container made before the failure goes with the rollback)
-            files_path(spec.container_name).unlink(missing_ok=True)
-            events_path(spec.container_name).unlink(missing_ok=True)
+            discard(spec.container_name)
             raise
         if files and files.events:
             self._events[info["Id"]] = files.events

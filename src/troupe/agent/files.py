@@ -1,7 +1,7 @@
 """Kernels' files archives on this host: written before a container starts, bind-mounted into
 it and unpacked by its entrypoint, removed with the container. With each archive, the kernel's
 readiness FIFO (``/run/troupe/events``, runner/ready.sh), bind-mounted too, so that the agent
-can tell the kernel when all its peers started (:func:`tell_peers_started`)."""
+can tell the kernel when all its peers started (:func:`peers_started`)."""
 
 from __future__ import annotations
 
@@ -99,6 +99,12 @@ def peers_started(fifos: list[Path]) -> Iterator[None]:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def discard(container_name: str) -> None:
+    """Removes one container's archive and FIFO (its creation failed)."""
+    files_path(container_name).unlink(missing_ok=True)
+    events_path(container_name).unlink(missing_ok=True)
 
 
 def remove_files(session_id: str) -> None:
