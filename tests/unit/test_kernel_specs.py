@@ -96,6 +96,16 @@ def test_files_archive_modes_and_parents() -> None:
     assert mode == 0o600
 
 
+def test_files_archive_has_no_pax_headers() -> None:
+    """Whole-second times: no pax header per entry (a fraction of a second needs one, which
+    doubled the archive and the time to make it on every kernel's start)."""
+    data = files_archive(specs()[0].files)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = tar.getmembers()
+    assert all(not m.pax_headers for m in members)
+    assert len(data) <= 512 * (2 * len(members) + 20)  # a header and a block each, the ending
+
+
 def test_work_home_comes_owned_with_final_modes() -> None:
     """~work and its SSH files arrive owned by the session's uid/gid, so the entrypoint copies
     and chowns nothing; listed directories keep their owner even when a file lies below."""

@@ -151,9 +151,10 @@ def container_config(
 
 def files_archive(files: list[FileSpec]) -> bytes:
     """A tar to extract at ``/``: the directories and files with their owners and modes (the
-    engine keeps both); parents not listed are 0755 root."""
+    engine keeps both); parents not listed are 0755 root. Times are whole seconds: a fraction
+    makes every entry carry a pax header too (twice the size, twice the time to make)."""
     buf = io.BytesIO()
-    now = time.time()
+    now = int(time.time())
     seen: set[str] = set()
 
     def entry(path: PurePosixPath, f: FileSpec | None) -> tarfile.TarInfo:
