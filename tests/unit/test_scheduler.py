@@ -121,3 +121,37 @@ def test_never_overcommits_never_partial(world: tuple[list[Request], list[AgentS
         assert used[a.id][0] <= a.cpu + 1e-9
         assert used[a.id][1] <= a.mem
         assert used[a.id][2] <= a.gpu
+
+
+def plain_schedule(reqs: list[Request], agents: list[AgentState]) -> dict[str, list[str]]:
+    """The placement rule (SPEC section 3) written out plainly, with none of the pass's
+    shortcuts (failed shapes remembered, bisection over agents sorted by free cores)."""
+    free = {a.id: a for a in agents}
+    out: dict[str, list[str]] = {}
+    for r in sorted(reqs, key=lambda r: (-r.priority, r.order, r.session_id)):
+        group = sorted(
+            (a for a in free.values() if a.group == r.group), key=lambda a: (a.cpu_free, a.id)
+        )
+        whole = [a for a in group if a.kernels_fitting(r) >= r.size]
+        if whole:
+            placed = [whole[0].id] * r.size  # the tightest fit in cores
+        elif r.mode == "multi-node":
+            placed = []
+            for a in reversed(group):  # the roomiest first
+                placed += [a.id] * min(a.kernels_fitting(r), r.size - len(placed))
+            if len(placed) < r.size:
+                continue
+        else:
+            continue
+        for a_id in set(placed):
+            free[a_id] = free[a_id].take(r, placed.count(a_id))
+        out[r.session_id] = placed
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(worlds())
+def test_the_pass_places_as_the_plain_rule(world: tuple[list[Request], list[AgentState]]) -> None:
+    """The pass's shortcuts change its speed, not one placement."""
+    reqs, agents = world
+    assert schedule(reqs, agents).placements == plain_schedule(reqs, agents)

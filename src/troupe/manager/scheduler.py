@@ -124,6 +124,17 @@ def never_fits(req: Request, agents: Sequence[AgentState]) -> str | None:
     return None
 
 
+Failure = tuple[bool, int, float, int, int]
+
+
+def _covers(a: Failure, b: Failure) -> bool:
+    """Whether failure ``a`` (multi-node, size, cpu, mem, gpu) rejects every request ``b``
+    does (:meth:`_Group.dominated`)."""
+    return (
+        (a[0] or not b[0]) and a[1] <= b[1] and a[2] <= b[2] + EPS and a[3] <= b[3] and a[4] <= b[4]
+    )
+
+
 class _Group:
     """The agents of one resource group, kept sorted by free cores for fast best-fit search.
 
@@ -137,7 +148,7 @@ class _Group:
         self.free = {a.id: [a.cpu_free, a.mem_free, a.gpu_free] for a in agents}
         self.by_cpu = sorted((a.cpu_free, a.id) for a in agents)
         self.total_cpu = sum(max(a.cpu_free, 0.0) for a in agents)
-        self.failed: list[tuple[bool, int, float, int, int]] = []
+        self.failed: list[Failure] = []
         self.version = 0
 
     def take(self, agent_id: str, req: Request, kernels: int) -> None:
@@ -171,8 +182,11 @@ class _Group:
             return None
         placed = self._place(req)
         if placed is None:
-            multi = req.mode == ClusterMode.MULTI_NODE
-            self.failed.append((multi, req.size, req.cpu, req.mem, req.gpu))
+            # Kept minimal: a failure the new one dominates goes (it rejects nothing more),
+            # so each request's check stays short (all shapes failed: a linear scan each).
+            new = (req.mode == ClusterMode.MULTI_NODE, req.size, req.cpu, req.mem, req.gpu)
+            self.failed = [f for f in self.failed if not _covers(new, f)]
+            self.failed.append(new)
         return placed
 
     def _place(self, req: Request) -> list[str] | None:
@@ -187,9 +201,12 @@ class _Group:
                 return [agent_id] * req.size
         if req.mode != ClusterMode.MULTI_NODE or self.total_cpu + EPS < need_cpu:
             return None
-        # Gang over several agents: the roomiest first (fewest hosts), all or nothing.
+        # Gang over several agents: the roomiest first (fewest hosts), all or nothing; agents
+        # without the cores of one kernel are not looked at.
         out: list[str] = []
-        for _, agent_id in reversed(by_cpu):
+        lo = bisect_left(by_cpu, (req.cpu - EPS, "")) if req.cpu > 0 else 0
+        for i in range(len(by_cpu) - 1, lo - 1, -1):
+            agent_id = by_cpu[i][1]
             n = self.fitting(agent_id, req)
             out += [agent_id] * min(n, req.size - len(out))
             if len(out) == req.size:
