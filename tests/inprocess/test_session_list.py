@@ -16,11 +16,12 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, select
+from sqlalchemy.dialects import sqlite
 
 from tests.inprocess.conftest import Harness
 from tests.inprocess.test_hardening_users import new_user
 from tests.inprocess.test_sdk_errors import Bridge, admin_key
-from troupe.manager.routes.sessions import LIST_LIMIT
+from troupe.manager.routes.sessions import LIST_LIMIT, lookup_query
 from troupe.manager.store.db import alembic_config
 from troupe.manager.store.models import Base, Kernel, Session, User
 
@@ -148,6 +149,26 @@ async def test_lookup_by_id_or_name(manager: Harness) -> None:
     # the admin: own first, active before finished
     assert (await manager.get("old-0"))["id"] == live["id"]
     assert (await manager.get(old[0]))["owner"] == "bob"
+    await bob.aclose()
+
+
+async def test_a_users_lookup_by_name_is_an_index_search(manager: Harness) -> None:
+    """Not a scan of every session of the user through the owner's index (SQLite chose that
+    while only ``owner_id`` and ``name`` had indexes of their own: ~1,250 rows in bench/api.py)."""
+    bob, _ = await new_user(manager, "bob")
+    await store_finished(manager, "bob", 50)
+    assert manager.app is not None
+    async with manager.app.state.db() as db:
+        user = (await db.execute(select(User).where(User.name == "bob"))).scalar_one()
+        q = lookup_query(user, "old-7").compile(
+            dialect=sqlite.dialect(), compile_kwargs={"render_postcompile": True}
+        )
+        args = tuple(q.params[name] for name in q.positiontup or [])
+        conn = await db.connection()
+        plan = [row[-1] for row in await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {q}", args)]
+    searches = [p for p in plan if p.startswith("SEARCH sessions")]
+    assert any("ix_sessions_owner_name (owner_id=? AND name=?)" in p for p in searches), plan
+    assert not any(p.startswith("SCAN sessions") for p in plan), plan
     await bob.aclose()
 
 

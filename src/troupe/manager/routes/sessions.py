@@ -65,28 +65,31 @@ def list_query(own: bool, active: bool, paged: bool) -> Select[Any]:
     return q.order_by(Session.created_at.desc(), Session.id.desc()).limit(bindparam("limit"))
 
 
-async def find_session(db: AsyncSession, user: User, ref: str) -> Session:
+def lookup_query(user: User, ref: str) -> Select[Session]:
     """By id or name, among the user's own sessions (all for admins; own first).
 
     A name means the active session of that name, else the newest finished one, so logs of a
     destroyed session stay reachable by name.
     """
     by_id, by_name = Session.id == ref, Session.name == ref
-    if not user.admin:  # in each branch, so that each is one index lookup (id, name)
+    if not user.admin:  # in each branch: one index search each (id; owner and name)
         by_id, by_name = (
             by_id & (Session.owner_id == user.id),
             by_name & (Session.owner_id == user.id),
         )
     active = case((Session.status.in_(SESSION_ACTIVE), 0), else_=1)
     mine = case((Session.owner_id == user.id, 0), else_=1)
-    q = (
+    return (
         select(Session)
         .where(by_id | by_name)
         .order_by(mine, active, Session.created_at.desc())
         .limit(1)
         .options(joinedload(Session.owner), joinedload(Session.kernels))  # one query
     )
-    s = (await db.execute(q)).unique().scalar_one_or_none()
+
+
+async def find_session(db: AsyncSession, user: User, ref: str) -> Session:
+    s = (await db.execute(lookup_query(user, ref))).unique().scalar_one_or_none()
     if s is None:
         raise NotFound.of("session", ref)
     return s

@@ -203,6 +203,9 @@ class Session(Base):
             sqlite_where=text(ALLOCATED_SQL),
             postgresql_where=text(ALLOCATED_SQL),
         ),
+        # A user's look-up by name (GET /v1/sessions/{name}, any status): one index search,
+        # not a scan of all the user's sessions through the owner's index.
+        Index("ix_sessions_owner_name", "owner_id", "name"),
         # Pages of GET /v1/sessions (newest first; id breaks ties): every user's, one user's.
         Index("ix_sessions_created", "created_at", "id"),
         Index("ix_sessions_owner_created", "owner_id", "created_at", "id"),
