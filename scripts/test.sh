@@ -5,7 +5,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 bash scripts/setup.sh
-.venv/bin/ruff check src tests
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache
 exec .venv/bin/pytest "$@"

@@ -16,6 +16,8 @@ dist.all_reduce(t)
 expected = world * (world + 1) / 2
 verdict = "OK" if t.item() == expected else "WRONG"
 host = os.environ.get("BACKENDAI_CLUSTER_HOST", "?")
-print(f"{host}: rank {rank}/{world} all_reduce sum={t.item()} expected={expected} {verdict}",
-      flush=True)
+print(
+    f"{host}: rank {rank}/{world} all_reduce sum={t.item()} expected={expected} {verdict}",
+    flush=True,
+)
 dist.destroy_process_group()
