@@ -182,8 +182,8 @@ class _Group:
             return None
         placed = self._place(req)
         if placed is None:
-            # Kept minimal: a failure the new one dominates goes (it rejects nothing more),
-            # so each request's check stays short (all shapes failed: a linear scan each).
+            # Kept minimal: a failure the new one dominates goes (it rejects nothing more);
+            # every later request of the pass is checked against each one left.
             new = (req.mode == ClusterMode.MULTI_NODE, req.size, req.cpu, req.mem, req.gpu)
             self.failed = [f for f in self.failed if not _covers(new, f)]
             self.failed.append(new)

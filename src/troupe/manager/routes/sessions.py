@@ -89,6 +89,7 @@ def lookup_query(user: User, ref: str) -> Select[Session]:
 
 
 async def find_session(db: AsyncSession, user: User, ref: str) -> Session:
+    """The session :func:`lookup_query` names; :class:`NotFound` if none."""
     s = (await db.execute(lookup_query(user, ref))).unique().scalar_one_or_none()
     if s is None:
         raise NotFound.of("session", ref)
