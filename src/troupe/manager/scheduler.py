@@ -124,12 +124,18 @@ def never_fits(req: Request, agents: Sequence[AgentState]) -> str | None:
     return None
 
 
-Failure = tuple[bool, int, float, int, int]
+#: A request's shape: (multi-node, size, cpu, mem, gpu).
+Shape = tuple[bool, int, float, int, int]
 
 
-def _covers(a: Failure, b: Failure) -> bool:
-    """Whether failure ``a`` (multi-node, size, cpu, mem, gpu) rejects every request ``b``
-    does (:meth:`_Group.dominated`)."""
+def _shape(req: Request) -> Shape:
+    return (req.mode == ClusterMode.MULTI_NODE, req.size, req.cpu, req.mem, req.gpu)
+
+
+def _covers(a: Shape, b: Shape) -> bool:
+    """Whether a request of shape ``b`` fails once one of shape ``a`` failed in this pass
+    (resources only shrink): it asks at least as much, and a single-node request fails where a
+    multi-node one of its shape did."""
     return (
         (a[0] or not b[0]) and a[1] <= b[1] and a[2] <= b[2] + EPS and a[3] <= b[3] and a[4] <= b[4]
     )
@@ -148,7 +154,7 @@ class _Group:
         self.free = {a.id: [a.cpu_free, a.mem_free, a.gpu_free] for a in agents}
         self.by_cpu = sorted((a.cpu_free, a.id) for a in agents)
         self.total_cpu = sum(max(a.cpu_free, 0.0) for a in agents)
-        self.failed: list[Failure] = []
+        self.failed: list[Shape] = []
         self.version = 0
 
     def take(self, agent_id: str, req: Request, kernels: int) -> None:
@@ -166,27 +172,16 @@ class _Group:
         cpu, mem, gpu = self.free[agent_id]
         return kernels_fitting(cpu, mem, gpu, req)
 
-    def dominated(self, req: Request) -> bool:
-        multi = req.mode == ClusterMode.MULTI_NODE
-        return any(
-            (f_multi or not multi)
-            and size <= req.size
-            and cpu <= req.cpu + EPS
-            and mem <= req.mem
-            and gpu <= req.gpu
-            for f_multi, size, cpu, mem, gpu in self.failed
-        )
-
     def place(self, req: Request) -> list[str] | None:
-        if self.dominated(req):
+        shape = _shape(req)
+        if any(_covers(f, shape) for f in self.failed):
             return None
         placed = self._place(req)
         if placed is None:
-            # Kept minimal: a failure the new one dominates goes (it rejects nothing more);
+            # Kept minimal: a failure the new one covers goes (it rejects nothing more);
             # every later request of the pass is checked against each one left.
-            new = (req.mode == ClusterMode.MULTI_NODE, req.size, req.cpu, req.mem, req.gpu)
-            self.failed = [f for f in self.failed if not _covers(new, f)]
-            self.failed.append(new)
+            self.failed = [f for f in self.failed if not _covers(shape, f)]
+            self.failed.append(shape)
         return placed
 
     def _place(self, req: Request) -> list[str] | None:
