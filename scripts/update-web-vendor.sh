@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Refetches the web UI's third-party browser files from the npm registry (through npm, at the
 # pinned versions below) into src/troupe/manager/web/static/vendor/, which is committed: the
-# manager serves them itself and needs no network at run time. Change a version, run this,
-# check the UI (tests/browser) and commit the result. Needs node and npm.
+# manager serves them itself and needs no network at run time. Also axe-core, which only the
+# browser tests inject (accessibility audit), into tests/browser/vendor/axe-core/ (committed
+# too: the tests need no network either). Change a version, run this, check the UI
+# (tests/browser) and commit the result. Needs node and npm.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DEST="$ROOT/src/troupe/manager/web/static/vendor"
+TESTS_DEST="$ROOT/tests/browser/vendor"
 XTERM=@xterm/xterm@6.0.0
 FIT=@xterm/addon-fit@0.11.0
 SWAGGER=swagger-ui-dist@5.35.0
+AXE=axe-core@4.14.1
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
-for pkg in "$XTERM" "$FIT" "$SWAGGER"; do
+for pkg in "$XTERM" "$FIT" "$SWAGGER" "$AXE"; do
   npm pack --silent "$pkg" >/dev/null
 done
 for tgz in *.tgz; do
@@ -34,5 +38,12 @@ $XTERM
 $FIT
 $SWAGGER
 V
-echo "vendored into $DEST:"
-(cd "$DEST" && find . -type f | sort)
+
+rm -rf "$TESTS_DEST" && mkdir -p "$TESTS_DEST/axe-core"
+cp axe-core-*/axe.min.js axe-core-*/LICENSE "$TESTS_DEST/axe-core/"
+echo "$AXE" > "$TESTS_DEST/VERSIONS"
+
+for d in "$DEST" "$TESTS_DEST"; do
+  echo "vendored into $d:"
+  (cd "$d" && find . -type f | sort)
+done
