@@ -1,12 +1,14 @@
 """Playwright (Python) driving Debian's chromium (installed by scripts/setup.sh; no browser
 download). Every request a page makes must stay on the server's origin: one to any other
-origin fails the test. Screenshots go to $TROUPE_ARTIFACTS (default tests/browser/artifacts)."""
+origin fails the test. Screenshots go to $TROUPE_ARTIFACTS (default tests/browser/artifacts).
+``Web.audit`` runs axe-core (vendored under tests/browser/vendor, no network) on the page."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
@@ -24,6 +26,10 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+#: axe-core, committed (scripts/update-web-vendor.sh fetches it; version in vendor/VERSIONS).
+AXE = Path(__file__).parent / "vendor" / "axe-core" / "axe.min.js"
+#: The axe impacts that fail a page (the others, "moderate" and "minor", are printed only).
+FAILING = ("serious", "critical")
 ARTIFACTS = Path(os.environ.get("TROUPE_ARTIFACTS", Path(__file__).parent / "artifacts"))
 
 
@@ -83,3 +89,23 @@ class Web:
     def close(self) -> None:
         self.context.close()
         assert not self.foreign, f"requests left the server's origin: {self.foreign}"
+
+    def audit(self, where: str) -> None:
+        """Runs axe-core on the page as it is now and fails on any serious or critical
+        violation, naming each rule and the elements it found (all of them, milder ones too,
+        go to ``$TROUPE_ARTIFACTS/axe-WHERE.txt``). axe is evaluated through the DevTools
+        protocol, which the page's CSP does not govern: pages are audited as served."""
+        if not self.page.evaluate("() => 'axe' in window"):
+            self.page.evaluate(AXE.read_text())
+        found: list[dict[str, Any]] = self.page.evaluate(
+            "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
+        )
+        lines = [
+            f"{v['impact']} {v['id']}: {v['help']}: "
+            + ", ".join(" ".join(map(str, n["target"])) for n in v["nodes"])
+            for v in found
+        ]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTIFACTS / f"axe-{where}.txt").write_text("".join(f"{x}\n" for x in lines))
+        bad = [x for x, v in zip(lines, found, strict=True) if v["impact"] in FAILING]
+        assert not bad, f"axe-core on {where} ({self.page.url}):\n" + "\n".join(bad)

@@ -2,7 +2,11 @@
 launch a 2-kernel single-node session from the dialog, read sub1's log, use the terminal in
 main1 (cluster variables, ``ssh sub1``), a PENDING session's reasons, a failing batch
 session, destroy through the dialog, and another user locked out. The tests run in order
-and share one signed-in page (module scope)."""
+and share one signed-in page (module scope).
+
+On the way, axe-core audits every page and dialog in each state it reaches (``Web.audit``):
+no serious or critical accessibility violation anywhere. ``/docs`` is Swagger UI's page,
+checked for its CSP only."""
 
 from __future__ import annotations
 
@@ -62,8 +66,10 @@ def test_sign_in(web: Web) -> None:
     web.go("/")
     expect(web.page).to_have_url(re.compile(r"/signin"))
     web.shot("01-sign-in")
+    web.audit("sign-in")
     web.sign_in(web.server.key)
     expect(web.page.get_by_role("button", name="New session")).to_be_visible()
+    web.audit("sessions-empty")
 
 
 def test_launch_two_kernel_single_node_session(web: Web, ids: dict[str, str]) -> None:
@@ -74,7 +80,9 @@ def test_launch_two_kernel_single_node_session(web: Web, ids: dict[str, str]) ->
     expect(dialog.locator("#total")).to_contain_text("3 \u00d7 0.5 CPU = 1.5 CPU")
     dialog.get_by_role("button", name="Launch").click()  # no name: the API's error, by Name
     expect(dialog.locator('[data-error="name"]')).to_contain_text("name")
+    expect(dialog.locator(f'#f-image option[value="{BASE_IMAGE}"]')).to_have_count(1)
     web.shot("02-launch-dialog")
+    web.audit("launch-dialog")
     dialog.get_by_role("button", name="Cancel").click()
 
     ids["web2k"] = launch(page, "web2k", "0.5", 2)
@@ -83,7 +91,18 @@ def test_launch_two_kernel_single_node_session(web: Web, ids: dict[str, str]) ->
         expect(row).to_contain_text("RUNNING", timeout=START)
     expect(page.locator("h1 .badge")).to_have_text("RUNNING", timeout=START)
     expect(page.get_by_text("troupe session shell web2k")).to_be_visible()
+    expect(page.locator(".slow-tag")).to_have_count(1)
     web.shot("03-session-page", full_page=True)
+    web.audit("session")
+
+
+def test_empty_logs_say_no_output_yet(web: Web, ids: dict[str, str]) -> None:
+    """main1 of an interactive session prints nothing: once the stream is open the view says
+    so (it used to keep looking like it was still connecting)."""
+    page = web.go(f"/sessions/{ids['web2k']}/logs?kernel=main1")
+    expect(page.locator("#log-state")).to_have_text("following live · no output yet")
+    expect(page.locator("#log")).to_have_text("(no output yet)")
+    web.audit("logs-empty")
 
 
 def terminal_lines(page: Page) -> list[str]:
@@ -114,6 +133,7 @@ def test_terminal_in_main1(web: Web, ids: dict[str, str]) -> None:
     page.keyboard.type("ssh sub1 hostname\n")
     wait_line(page, "sub1")
     web.shot("04-terminal")
+    web.audit("terminal")
 
 
 def test_sub1_logs(web: Web, ids: dict[str, str]) -> None:
@@ -139,6 +159,7 @@ def test_sub1_logs(web: Web, ids: dict[str, str]) -> None:
     page.get_by_label("Search").fill("sub1")
     expect(page.locator("#log-state")).to_contain_text("match")
     web.shot("06-logs")
+    web.audit("logs")
 
 
 def test_pending_session_says_why(web: Web, ids: dict[str, str]) -> None:
@@ -147,6 +168,7 @@ def test_pending_session_says_why(web: Web, ids: dict[str, str]) -> None:
     expect(page.locator("h1 .badge")).to_have_text("PENDING")
     expect(page.locator(".why")).to_contain_text("cpu: needs 1.5 cores", timeout=15_000)
     web.shot("07-pending")
+    web.audit("pending")
     page.get_by_role("button", name="Destroy").click()
     page.get_by_role("dialog").get_by_role("button", name="Destroy").click()
     expect(page.locator("h1 .badge")).to_have_text(re.compile("CANCELLED|TERMINATED"))
@@ -161,6 +183,7 @@ def test_failing_batch_session_names_kernel_and_exit_code(web: Web, ids: dict[st
     expect(failure.locator("pre")).to_contain_text("web-batch-boom")
     expect(failure.get_by_role("link", name="Full log of main1")).to_be_visible()
     web.shot("08-failed-batch", full_page=True)
+    web.audit("failed-batch")
 
 
 def test_second_user_is_locked_out(web: Web, browser: Browser, ids: dict[str, str]) -> None:
@@ -178,6 +201,7 @@ def test_second_user_is_locked_out(web: Web, browser: Browser, ids: dict[str, st
         for path in ("", "/logs", "/terminal"):
             other.go(f"/sessions/{sid}{path}")
             expect(other.page.get_by_text(f"session '{sid}' not found")).to_be_visible()
+        other.audit("not-found")
         status = other.page.evaluate(
             "async (p) => (await fetch(p)).status", f"/v1/sessions/{sid}/logs"
         )
@@ -192,14 +216,17 @@ def test_other_pages_and_narrow_window(web: Web, browser: Browser) -> None:
     web.page.get_by_role("button", name="Create folder").click()
     expect(web.page.get_by_role("cell", name="webdata")).to_be_visible()
     web.shot("09-folders")
+    web.audit("folders")
     web.go("/agents")
     expect(web.page.get_by_role("heading", name="local")).to_be_visible()
     web.shot("10-agents")
+    web.audit("agents")
     narrow = Web(browser, web.server, width=400, height=800)
     try:
         narrow.sign_in(web.server.key)
         expect(narrow.page.get_by_text("web2k")).to_be_visible()
         narrow.shot("11-sessions-400px", full_page=True)
+        narrow.audit("sessions-400px")
     finally:
         narrow.close()
 
@@ -209,10 +236,38 @@ def test_destroy_through_the_dialog(web: Web, ids: dict[str, str]) -> None:
     row = page.locator(f"#row-{ids['web2k']}")
     expect(row).to_contain_text("RUNNING")
     web.shot("12-sessions")
+    web.audit("sessions")
     row.get_by_role("button", name="Destroy").click()
     dialog = page.get_by_role("dialog", name=re.compile("Destroy session"))
     expect(dialog).to_contain_text("web2k")
+    web.audit("destroy-dialog")
     dialog.get_by_role("button", name="Destroy").click()
     expect(row).to_have_count(0, timeout=60_000)  # the live stream removes the row
     page.get_by_role("link", name="Finished").click()
     expect(page.locator(f"#row-{ids['web2k']}")).to_contain_text("TERMINATED")
+    web.audit("sessions-finished")
+
+
+def test_api_docs_keep_the_pages_csp(browser: Browser, server: Server) -> None:
+    """Finding N10(b) (docs/reliability.md): /docs is sent with the pages' CSP (no framing,
+    scripts from this origin only) and Swagger UI still works under it."""
+    docs = Web(browser, server)
+    console: list[str] = []
+    docs.page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    docs.page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+    try:
+        response = docs.page.goto(f"{server.url}/docs")
+        assert response is not None
+        csp = response.headers.get("content-security-policy", "")
+        assert "frame-ancestors 'none'" in csp and "script-src 'self';" in csp, csp
+        expect(docs.page.locator(".swagger-ui .info .title")).to_contain_text("troupe")
+        docs.page.get_by_role("button", name="GET /v1/health Health").click()
+        docs.page.get_by_role("button", name="Try it out").click()
+        docs.page.get_by_role("button", name="Execute").click()
+        live = docs.page.locator(".live-responses-table tbody .response-col_status")
+        expect(live).to_have_text("200")
+        docs.shot("13-api-docs")
+    finally:
+        docs.close()
+    errors = [m for m in console if m.startswith(("error", "pageerror"))]
+    assert not errors, errors
