@@ -72,6 +72,42 @@ def test_sign_in(web: Web) -> None:
     web.audit("sessions-empty")
 
 
+def rgb(css: str) -> tuple[int, int, int]:
+    r, g, b = (int(x) for x in re.findall(r"\d+", css)[:3])
+    return r, g, b
+
+
+def contrast(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    """WCAG 2 contrast ratio of two sRGB colours."""
+
+    def lum(c: tuple[int, int, int]) -> float:
+        lin = [x / 255 / 12.92 if x <= 10 else ((x / 255 + 0.055) / 1.055) ** 2.4 for x in c]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    hi, lo = sorted((lum(a), lum(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_focus_ring_stands_out_on_every_background(web: Web) -> None:
+    """The keyboard focus ring is >= 3:1 (WCAG 1.4.11) against the cards and dialogs (white),
+    the page and the dark header: axe does not check focus indicators."""
+    page = web.go("/")
+    page.keyboard.press("Tab")  # "Skip to content", then the header's links
+    page.keyboard.press("Tab")
+    ring = page.evaluate(
+        """() => { const s = getComputedStyle(document.activeElement);
+                   return [document.activeElement.closest('.top') !== null,
+                           s.outlineStyle, s.outlineColor]; }"""
+    )
+    assert ring[0] and ring[1] == "solid", ring
+    backgrounds = page.evaluate(
+        """() => [document.documentElement, document.querySelector('.top')]
+                   .map((e) => getComputedStyle(e).backgroundColor)"""
+    )
+    for bg in [(255, 255, 255), *(rgb(b) for b in backgrounds)]:
+        assert contrast(rgb(ring[2]), bg) >= 3, (ring[2], bg)
+
+
 def test_launch_two_kernel_single_node_session(web: Web, ids: dict[str, str]) -> None:
     page = web.page
     page.get_by_role("button", name="New session").click()
