@@ -138,6 +138,7 @@ def test_empty_logs_say_no_output_yet(web: Web, ids: dict[str, str]) -> None:
     page = web.go(f"/sessions/{ids['web2k']}/logs?kernel=main1")
     expect(page.locator("#log-state")).to_have_text("following live · no output yet")
     expect(page.locator("#log")).to_have_text("(no output yet)")
+    web.shot("05-logs-empty")
     web.audit("logs-empty")
 
 
