@@ -21,7 +21,8 @@ from sqlalchemy.dialects import sqlite
 from tests.inprocess.conftest import Harness
 from tests.inprocess.test_hardening_users import new_user
 from tests.inprocess.test_sdk_errors import Bridge, admin_key
-from troupe.manager.routes.sessions import LIST_LIMIT, lookup_query
+from troupe.manager.reads.sessions import lookup_query
+from troupe.manager.routes.sessions import LIST_LIMIT
 from troupe.manager.store.db import alembic_config
 from troupe.manager.store.models import Base, Kernel, Session, User
 
