@@ -69,7 +69,8 @@ async def test_an_exact_id_means_that_session_whatever_another_is_named(
     assert await ws.close_code() == 1000
     assert sessions_of(manager, shells) == [c1]
     page = await (await signed_in(manager)).get(f"/sessions/{c1}")
-    assert page.status_code == 200 and "troupe session shell c1<" in page.text
+    assert page.status_code == 200 and "troupe session shell c1" in page.text
+    assert f"troupe session shell {c1}" not in page.text  # not the impostor's page
     r = await manager.client.delete(f"/sessions/{c1}")
     assert r.status_code == 200 and r.json()["id"] == c1
     assert (await manager.wait(c1, until="final"))["status"] == "TERMINATED"
