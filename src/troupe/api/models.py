@@ -26,6 +26,9 @@ from troupe.cluster.contract import (
 __all__ = ["AgentStatus", "ClusterMode", "DistEnvMode", "KernelStatus", "SessionStatus"]
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+#: The shape of a session's id (a UUID). No session may be named so: a reference that is some
+#: session's id always means that session (finding N3, docs/reliability.md).
+SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
@@ -190,6 +193,13 @@ class SessionCreate(Strict):
         description="the user's OpenSSH public key (one line), added to main1's authorized_keys"
         " only, for `troupe session ssh` and the like",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _not_an_id(cls, name: str) -> str:
+        if SESSION_ID.fullmatch(name):
+            raise ValueError("name: must not have the shape of a session id (a UUID)")
+        return name
 
     @field_validator("ssh_key")
     @classmethod

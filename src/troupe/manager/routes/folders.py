@@ -9,11 +9,12 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from troupe.api.errors import Conflict, NotFound
-from troupe.api.lifecycle import SESSION_ACTIVE
+from troupe.api.errors import Conflict
 from troupe.api.models import FolderCreate, FolderInfo
 from troupe.manager.deps import DB, CurrentUser, RegistryDep
-from troupe.manager.store.models import Folder, Session
+from troupe.manager.reads.folders import find_folder, own_folders
+from troupe.manager.reads.sessions import folders_in_use
+from troupe.manager.store.models import Folder
 
 router = APIRouter(tags=["folders"])
 
@@ -55,22 +56,13 @@ async def create_folder(
 
 @router.get("/folders", response_model=list[FolderInfo])
 async def list_folders(db: DB, user: CurrentUser) -> list[FolderInfo]:
-    rows = await db.execute(select(Folder).where(Folder.owner_id == user.id).order_by(Folder.name))
-    return [folder_info(f, user.name) for f in rows.scalars()]
+    return [folder_info(f, user.name) for f in await own_folders(db, user)]
 
 
 @router.delete("/folders/{name}", status_code=204)
 async def delete_folder(name: str, db: DB, user: CurrentUser, registry: RegistryDep) -> None:
-    f = (
-        await db.execute(select(Folder).where(Folder.owner_id == user.id, Folder.name == name))
-    ).scalar_one_or_none()
-    if f is None:
-        raise NotFound.of("folder", name)
-    rows = await db.execute(
-        select(Session).where(Session.owner_id == user.id, Session.status.in_(SESSION_ACTIVE))
-    )
-    users = [s.name for s in rows.scalars() if any(m["folder_id"] == f.id for m in s.mounts)]
-    if users:
+    f = await find_folder(db, user, name)
+    if users := (await folders_in_use(db, user.id)).get(f.id):
         raise Conflict(f"folder {name!r} is mounted by session(s) {', '.join(users)}", field="name")
     await db.delete(f)
     await db.commit()

@@ -21,15 +21,17 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from troupe.api.errors import Conflict, Forbidden, Invalid, NotFound
-from troupe.api.lifecycle import SESSION_ACTIVE, utcnow
+from troupe.api.errors import Conflict, Forbidden, Invalid
+from troupe.api.lifecycle import utcnow
 from troupe.api.models import Name, Strict, UserCreate, UserInfo, parse_size
 from troupe.manager import quotas
 from troupe.manager.auth import REVOKED, create_user, is_revoked, revoke_key, rotate_key
 from troupe.manager.deps import DB, AdminUser, CurrentUser, RegistryDep
 from troupe.manager.life.admission import active_usage, owner_lock
+from troupe.manager.reads.sessions import active_names
+from troupe.manager.reads.users import find_user, live_users
 from troupe.manager.routes.folders import delete_owned
-from troupe.manager.store.models import Session, User
+from troupe.manager.store.models import User
 
 router = APIRouter(tags=["users"])
 
@@ -113,14 +115,6 @@ def with_key(u: User, key: str) -> UserInfo:
     return UserInfo(id=u.id, name=u.name, admin=u.admin, created_at=u.created_at, api_key=key)
 
 
-async def find_user(db: AsyncSession, name: str) -> User:
-    row = await db.execute(select(User).where(User.name == name, User.deleted_at.is_(None)))
-    user = row.scalar_one_or_none()
-    if user is None:
-        raise NotFound.of("user", name)
-    return user
-
-
 async def check_not_last_admin(db: AsyncSession, user: User) -> None:
     """Refuses to take away the last admin that can still sign in."""
     if not user.admin or is_revoked(user):
@@ -157,8 +151,7 @@ async def new_user(req: UserCreate, db: DB, _: AdminUser) -> UserInfo:
 
 @router.get("/users", response_model=list[UserListed])
 async def list_users(db: DB, _: AdminUser) -> list[UserListed]:
-    rows = await db.execute(select(User).where(User.deleted_at.is_(None)).order_by(User.name))
-    return [listed(u) for u in rows.scalars()]
+    return [listed(u) for u in await live_users(db)]
 
 
 @router.get("/users/me", response_model=UserDetail)
@@ -235,13 +228,7 @@ async def delete_user(name: str, _: AdminUser, registry: RegistryDep) -> None:
             user_id = (await find_user(db, name)).id
         async with owner_lock(user_id), registry.store() as db:
             user = await find_user(db, name)
-            active = await db.execute(
-                select(Session.name)
-                .where(Session.owner_id == user.id, Session.status.in_(SESSION_ACTIVE))
-                .order_by(Session.created_at)
-            )
-            names = list(active.scalars())
-            if names:
+            if names := await active_names(db, user.id):
                 raise Conflict(
                     f"user {name!r} has active session(s) {', '.join(names)}; destroy them first"
                 )
