@@ -40,7 +40,7 @@ from troupe.agent.docker_backend import DockerAgent
 from troupe.agent.resources import nofile_limit
 from troupe.api import defaults
 from troupe.api.agent import KernelSpec, MountSpec, NetworkSpec
-from troupe.api.errors import AgentFailed, Invalid
+from troupe.api.errors import AgentFailed, Invalid, NotFound
 from troupe.manager.remote_agent import RemoteAgent, tls_context
 
 pytestmark = pytest.mark.docker
@@ -431,3 +431,58 @@ def test_manager_with_agent_ca_uses_an_https_agent(
             assert BASE_IMAGE in names, server.log_path.read_text()[-3000:]
     finally:
         stop_server(server)
+
+
+# -- N5: only troupe kernels, as work or root ------------------------------------------------
+@pytest.fixture
+def foreign_container() -> Iterator[str]:
+    """A container that is not troupe's (no troupe labels), removed whatever happens."""
+    name = f"test-n5-foreign-{uuid.uuid4().hex[:12]}"
+    try:
+        cid = docker("run", "-d", "--name", name, BASE_IMAGE, "sleep", "600").stdout.strip()
+        yield cid
+    finally:
+        docker("rm", "-f", name, check=False)
+
+
+async def test_agent_acts_only_on_its_kernels_and_as_work_or_root(
+    session: Session, foreign_container: str
+) -> None:
+    """Finding N5 (docs/reliability.md): with the agent token, logs, exec, pipe (tunnels, copies)
+    and terminals of a container that is not a troupe kernel, and commands as any other user."""
+    a = session.agent
+    name = inspect(foreign_container)["Name"].lstrip("/")  # type: ignore[union-attr]
+    for ref in (foreign_container, foreign_container[:12], name):
+        with pytest.raises(NotFound, match="not a troupe kernel"):
+            await a.open_logs(ref)
+        with pytest.raises(NotFound, match="not a troupe kernel"):
+            await a.open_exec(ref, ["sh", "-c", "touch /tmp/pwned"], user="root")
+        with pytest.raises(NotFound, match="not a troupe kernel"):
+            async with a.pipe(ref, ["sh", "-c", "touch /tmp/pwned"], user="root"):
+                pass
+        with pytest.raises(NotFound, match="not a troupe kernel"):
+            async with a.shell(ref, user="root"):
+                pass
+        with pytest.raises(AgentFailed, match="not a troupe kernel"):
+            await a.signal_go(ref)
+        code, out = await a.exec_collect(ref, ["sh", "-c", "touch /tmp/pwned"], user="root")
+        assert code == -1 and "not a troupe kernel" in out
+    assert docker("exec", foreign_container, "ls", "/tmp").stdout.split() == []  # untouched
+
+    cid = await session.start_ready()
+    for user in ("nobody", "0", "1000", "0:0", "root:root", "daemon"):
+        with pytest.raises(Invalid, match="user: must be 'work' or 'root'"):
+            await a.open_exec(cid, ["id"], user=user)
+        with pytest.raises(Invalid, match="user: must be 'work' or 'root'"):
+            async with a.pipe(cid, ["id"], user=user):
+                pass
+        with pytest.raises(Invalid, match="user: must be 'work' or 'root'"):
+            async with a.shell(cid, user=user):
+                pass
+    assert await a.exec_collect(cid, ["id", "-un"]) == (0, "work\n")
+    assert await a.exec_collect(cid, ["id", "-un"], user="root") == (0, "root\n")
+    # a kernel removed behind the agent's back is not trusted from the cache
+    docker("rm", "-f", cid)
+    with pytest.raises(NotFound):
+        await a.open_exec(cid, ["id"])
+    assert cid not in a.kernels
