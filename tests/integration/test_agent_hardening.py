@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import ssl
 import subprocess
@@ -39,7 +40,7 @@ from tests.conftest import (
 from troupe.agent.docker_backend import DockerAgent
 from troupe.agent.resources import nofile_limit
 from troupe.api import defaults
-from troupe.api.agent import KernelSpec, MountSpec, NetworkSpec
+from troupe.api.agent import FileSpec, KernelSpec, MountSpec, NetworkSpec
 from troupe.api.errors import AgentFailed, Invalid, NotFound
 from troupe.manager.remote_agent import RemoteAgent, tls_context
 
@@ -277,6 +278,33 @@ async def test_mounts_outside_the_folders_are_refused_before_anything_is_created
 async def test_agent_makes_its_data_root_private(agent: DockerAgent) -> None:
     assert agent.data_root.stat().st_mode & 0o777 == 0o700
     assert agent.folders_root.stat().st_mode & 0o777 == 0o700
+
+
+# -- N10: a folder is 0700, and the kernel's work uses it ------------------------------------
+async def test_a_mounted_folder_is_private_and_works_for_user_work(session: Session) -> None:
+    folder_id = str(uuid.uuid4())
+    mount = MountSpec(folder_id=folder_id, target="/home/work/data")
+    # what the manager's kernel.conf says of a writable mount: give it to work
+    conf = FileSpec(path="/home/config/kernel.conf", content="_troupe_chown='/home/work/data'\n")
+    old = os.umask(0)
+    try:
+        (started,) = await session.agent.create_kernels(
+            [session.spec([], mounts=[mount], files=[conf])]
+        )
+    finally:
+        os.umask(old)
+    await session.agent.wait_ready({"main1": started.container_id}, ["main1"], 60)
+    folder = session.agent.folders_root / folder_id
+    try:
+        st = folder.stat()
+        assert (st.st_mode & 0o777, st.st_uid) == (0o700, 1000)
+        code, out = await session.agent.exec_collect(
+            started.container_id, ["sh", "-c", "echo hi > data/f && cat data/f && stat -c %a data"]
+        )
+        assert (code, out.split()) == (0, ["hi", "700"]), out
+    finally:
+        await session.remove()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # -- S3 (a, b): agents over HTTPS, verified with the manager's CA file -------------------------

@@ -36,6 +36,7 @@ from troupe.agent.kernel import (
     container_config,
     files_archive,
     folder_path,
+    new_folder,
     runner_dir,
 )
 from troupe.agent.ownership import Kernels, is_kernel
@@ -256,7 +257,7 @@ class DockerAgent:
         The archive stays until the container is removed (:meth:`remove_kernels`)."""
         folders = self.folders_root
         for m in spec.mounts:
-            (folders / m.folder_id).mkdir(parents=True, exist_ok=True)
+            new_folder(folders / m.folder_id)
             folder_path(folders, m)  # again, now that it exists
         files = kernel_files(spec) if spec.files else None
         config = container_config(
