@@ -491,7 +491,7 @@ async def test_agent_acts_only_on_its_kernels_and_as_work_or_root(
         with pytest.raises(NotFound, match="not a troupe kernel"):
             async with a.shell(ref, user="root"):
                 pass
-        with pytest.raises(AgentFailed, match="not a troupe kernel"):
+        with pytest.raises(NotFound, match="not a troupe kernel"):
             await a.signal_go(ref)
         code, out = await a.exec_collect(ref, ["sh", "-c", "touch /tmp/pwned"], user="root")
         assert code == -1 and "not a troupe kernel" in out

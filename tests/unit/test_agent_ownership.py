@@ -160,7 +160,7 @@ async def test_every_agent_endpoint_refuses_other_containers_and_users(
             r = await client.post(f"{prefix}/{ref}/exec", json={"command": ["id"], "user": "root"})
             assert r.status_code == 404 and "not a troupe kernel" in r.text, r.text
             r = await client.post("/agent/v1/go", json={"container_id": ref})
-            assert r.status_code == 502 and "not a troupe kernel" in r.text, r.text
+            assert r.status_code == 404 and "not a troupe kernel" in r.text, r.text
             r = await client.post(
                 "/agent/v1/ready", json={"containers": {"main1": ref}, "hosts": [], "timeout": 1}
             )

@@ -320,9 +320,8 @@ class DockerAgent:
 
     async def signal_go(self, container_id: str) -> None:
         """Lets a batch main1 start its command (it waits until the session is ready)."""
-        code, out = await self.exec_collect(
-            container_id, ["/bin/sh", "-c", ": > /run/troupe/go"], user="root"
-        )
+        cid = await self.kernels.resolve(container_id)  # (404 for anything else)
+        code, out = await self.exec_collect(cid, ["/bin/sh", "-c", ": > /run/troupe/go"], "root")
         if code != 0:
             raise AgentFailed(f"could not start the batch command: {out.strip()}", kernel="main1")
 
