@@ -1,8 +1,10 @@
 """The agent's side of the hardening audit on the real engine: bounded kernel logs (on disk and
 when saved), process and file limits, no-new-privileges, engine errors without host paths,
-mounts checked again, a private data root, and agents served over verified HTTPS.
+mounts checked again, a private data root and private folders, agents served over verified
+HTTPS, and agents that act only on troupe kernels, as work or root.
 
-Everything here is named ``test-...`` (sessions, networks, agents) and removed in ``finally``.
+Everything here is named ``test-...`` (sessions, networks, agents, the foreign container) and
+removed in ``finally``.
 """
 
 from __future__ import annotations
