@@ -516,3 +516,9 @@ async def test_agent_acts_only_on_its_kernels_and_as_work_or_root(
     with pytest.raises(NotFound):
         await a.open_exec(cid, ["id"])
     assert cid not in a.kernels
+
+
+async def test_troupe_images_say_they_have_sshd(agent: DockerAgent) -> None:
+    """``ImageInfo.has_sshd`` from the engine's own image list (it was always None)."""
+    infos = {i.name: i.has_sshd for i in await agent.images()}
+    assert infos[BASE_IMAGE] is True, infos
