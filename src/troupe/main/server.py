@@ -159,4 +159,6 @@ def run(
     # (those took 100+ ms on a busy server: the API's p99)
     gc.collect()
     gc.freeze()
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    from troupe.main.access_log import uvicorn_log_config  # (request lines without secrets)
+
+    uvicorn.run(app, host=host, port=port, log_level=log_level, log_config=uvicorn_log_config())

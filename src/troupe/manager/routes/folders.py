@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 from fastapi import APIRouter
@@ -50,7 +51,12 @@ async def create_folder(
         await db.commit()  # the unique (owner, name) constraint settles concurrent creates
     except IntegrityError:
         raise taken from None
-    (registry.config.folders_dir / f.id).mkdir(parents=True, exist_ok=True)
+    # Mode 0700 whatever the umask: a kernel's entrypoint gives it to the kernel's user work
+    # (uid 1000), whom it stays usable by (docs/reliability.md, finding N10).
+    path = registry.config.folders_dir / f.id
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(parents=True, mode=0o700)
+        path.chmod(0o700)
     return folder_info(f, user.name)
 
 
