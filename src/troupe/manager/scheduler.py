@@ -1,4 +1,5 @@
-"""Placement of pending sessions on agents (SPEC section 3), as a pure function of plain data.
+"""Placement of pending sessions on agents (docs/contract.md, 'Placement'), as a pure function
+of plain data.
 
 No I/O and no clock: the registry loads the state, calls :func:`schedule` and records the
 placements in one transaction, so accounting stays exact and this stays easy to test.

@@ -26,8 +26,7 @@ from troupe.api.errors import Invalid, TroupeError, Unauthorized
 from troupe.api.lifecycle import Change
 from troupe.api.models import AgentInfo, Resources, parse_size
 from troupe.cluster.contract import ClusterMode
-from troupe.manager import log_events
-from troupe.manager.auth import user_for_key
+from troupe.manager import log_events, websessions
 from troupe.manager.deps import DB, CurrentUser, RegistryDep, StreamsDep
 from troupe.manager.reads.agents import agent_infos, image_infos
 from troupe.manager.reads.folders import own_folders
@@ -67,7 +66,7 @@ class SignInNeeded(Exception):
 
 
 async def page_user(request: Request, db: DB) -> User:
-    user = await signin.user_of_cookie(db, request)
+    user = await websessions.user_of_cookie(db, request)
     if user is None:
         raise SignInNeeded(request.url.path)
     return user
@@ -104,22 +103,23 @@ async def signin_submit(request: Request, db: DB) -> Response:
     key = (form.get("api_key") or [""])[0].strip()
     target = local_path((form.get("next") or ["/"])[0])
     try:
-        signin.check_origin(request)
+        websessions.check_origin(request)
     except TroupeError as e:
         return render(request, "signin.html", 403, next=target, error=e.message, user=None)
-    user = await user_for_key(db, key) if key else None
-    if user is None:
+    token = await signin.sign_in(db, key)
+    if token is None:
         error = "Enter your API key." if not key else "That API key is not valid."
         return render(request, "signin.html", 401, next=target, error=error, user=None)
     response = RedirectResponse(target, status_code=303)
-    secure = request.url.scheme == "https"
-    signin.set_cookie(response, signin.make_cookie(signin.secret_of(request), user), secure)
+    signin.set_cookie(response, token, secure=request.url.scheme == "https")
     return response
 
 
 @router.post("/signout")
-async def signout(request: Request) -> Response:
-    signin.check_origin(request)
+async def signout(request: Request, db: DB) -> Response:
+    """Ends the web session on the server (a copied cookie stops working), then the cookie."""
+    websessions.check_origin(request)
+    await signin.sign_out(db, request)
     response = RedirectResponse("/signin", status_code=303)
     signin.clear_cookie(response)
     return response
