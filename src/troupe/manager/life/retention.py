@@ -10,7 +10,9 @@ Saved logs go first, then the rows: a manager stopped in between leaves rows wit
 which the next sweep deletes, rather than logs nobody can reach.
 
 The sweep also wipes private keys that final sessions still hold (sessions made final
-before keys were wiped at teardown, or by a step that does not wipe them).
+before keys were wiped at teardown, or by a step that does not wipe them), and keeps saved
+logs within ``--saved-logs-total`` (each save does too; the sweep catches a budget lowered
+across a restart), oldest sessions' first (:meth:`troupe.manager.logs.LogStore.trim`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ BATCH = 200
 async def sweep(life: Life, now: datetime | None = None) -> int:
     """Deletes the finished sessions past retention; returns how many."""
     await _wipe_leftover_keys(life)
+    trimmed = await asyncio.to_thread(life.logs.trim)
+    if trimmed:
+        log.info("saved logs: deleted those of %d session(s) to keep the total", len(trimmed))
     days = life.config.retention_days
     if days <= 0:
         return 0
