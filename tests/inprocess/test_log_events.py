@@ -1,5 +1,6 @@
 """Followed logs as server-sent events: keep-alives while quiet (finding L11), ids that let a
-client resume without repeats, and the SDK reading them."""
+client resume exactly, without repeats or losses, whatever order lines arrived in (finding N7),
+and the SDK reading them."""
 
 from __future__ import annotations
 
