@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
-import pytest
 from sqlalchemy import select
 
 from tests.inprocess.asgi import AsgiHttp, key_of
@@ -181,10 +180,8 @@ async def _admin_id(h: Harness) -> str:
         return str(row.scalar_one())
 
 
-@pytest.mark.parametrize("kernels", [64])
-async def test_a_64_kernel_merged_log_holds_a_line_per_kernel(
-    make_manager: MakeManager, kernels: int
-) -> None:
+async def test_a_64_kernel_merged_log_holds_a_line_per_kernel(make_manager: MakeManager) -> None:
+    kernels = 64
     manager = await make_manager(quota_kernels=kernels)
     await running(manager, "wide", cluster_size=kernels, resources={"cpu": 0.01, "mem": "16m"})
     order: dict[str, int] = {}

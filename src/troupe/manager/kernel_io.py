@@ -70,10 +70,10 @@ def logs(
     kernels = check_kernel(s, container)
     cursor = log_positions.start(last_event_id, since, len(kernels))
     streams: list[AsyncIterator[LogLine]] = []
-    live = False
+    live, evicted = False, store.evicted(s.id)
     for i, k in enumerate(kernels):
         source: AsyncIterator[str]
-        if store.evicted(s.id):
+        if evicted:
             source = _aiter([EVICTED])
         elif k.container_id and not store.has(s.id, k.hostname):
             others = container is None and len(kernels) > 1

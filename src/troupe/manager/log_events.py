@@ -22,7 +22,7 @@ from troupe.manager.logs import LogLine
 
 MEDIA_TYPE = "text/event-stream"
 KEEPALIVE = b": keep-alive\n\n"
-#: Bytes of a log that is not followed sent in one piece (one per line costs 10x the time).
+#: Bytes of a log that is not followed sent in one piece (not one message per line).
 BATCH = 32 * 1024
 
 
