@@ -277,3 +277,34 @@ async def test_fair_lets_other_tasks_run() -> None:
         if n == 150:
             assert ran  # the other task ran while the stream went on
     await task
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 4), st.booleans()), max_size=12),
+    st.integers(0, 20),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_kernel_whose_times_go_backwards_may_repeat_but_never_loses(
+    spec: list[tuple[int, bool]], cut: int
+) -> None:
+    """Not sorted: resuming after line ``cut`` sends a suffix of the kernel's lines that
+    starts at or before the first line not sent."""
+    full = raw(0, spec)
+    if not full:
+        return
+    cut %= len(full)
+
+    async def run() -> list[str]:
+        cursor = start("", "", 1)
+        it = stamped(0, "h", lines(*full))
+        ident = ""
+        for _ in range(cut + 1):
+            line = await anext(it)
+            ident = cursor.advance(0, line.at, line.run)
+        again = start(ident, "", 1)
+        rest = resumed(stamped(0, "h", lines(*full)), again.positions[0])
+        return [x.text async for x in rest]
+
+    texts = [split_timestamp(r)[1] for r in full]
+    rest = asyncio.run(run())
+    assert rest == texts[len(texts) - len(rest) :] and len(texts) - len(rest) <= cut + 1

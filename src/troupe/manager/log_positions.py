@@ -6,8 +6,10 @@ delivered (nanoseconds since the epoch; a line without a timestamp takes its pre
 ``0`` before the first) and ``run`` how many lines of that kernel in a row had that ``at``.
 Resuming skips each kernel's lines up to and including the first line at that position (or
 up to the first line later than it, if that one is gone), so lines that arrived out of
-timestamp order across kernels, or share a timestamp, are neither lost nor repeated.
-``run == 0`` means "everything at ``at`` or before" (what ``?since=`` asks).
+timestamp order across kernels, or share a timestamp, are neither lost nor repeated. (Were a
+kernel's own timestamps ever to go backwards, a resume could repeat some of its lines; it
+never skips one it did not send.) ``run == 0`` means "everything at ``at`` or before" (what
+``?since=`` asks).
 
 An id is ``k:<base>:<e0>,<e1>,...`` with one entry per kernel of the view, in the session's
 kernel order: empty (nothing delivered yet), or ``at - base`` in base 36 (signed) followed by
