@@ -27,6 +27,7 @@ HTTP_STATUS: dict[type[E.TroupeError], int] = {
     E.QuotaExceeded: 403,
     E.TooMany: 429,
     E.TooLarge: 413,
+    E.InsufficientStorage: 507,
     E.AgentFailed: 502,
     E.Unreachable: 502,
     E.Internal: 500,

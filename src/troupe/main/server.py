@@ -49,6 +49,20 @@ def run(
     saved_log: Annotated[
         str, typer.Option(help="bytes of each kernel's log kept after it is removed, e.g. 8m")
     ] = "8m",
+    saved_logs_total: Annotated[
+        str,
+        typer.Option(
+            help="bytes of all saved logs together, e.g. 4g; past it the oldest sessions'"
+            " saved logs are deleted (0: no cap)"
+        ),
+    ] = "4g",
+    min_free_disk: Annotated[
+        str,
+        typer.Option(
+            help="new sessions are refused (507) while the data dir's disk has less free,"
+            " e.g. 1g (0: no check)"
+        ),
+    ] = "1g",
     retention_days: Annotated[
         float, typer.Option(help="days finished sessions and their logs are kept (0: forever)")
     ] = defaults.RETENTION_DAYS,
@@ -86,6 +100,8 @@ def run(
         ("--mem", mem),
         ("--max-body", max_body),
         ("--saved-log", saved_log),
+        ("--saved-logs-total", saved_logs_total),
+        ("--min-free-disk", min_free_disk),
         ("--quota-mem", quota_mem),
     ):
         try:
@@ -121,6 +137,8 @@ def run(
             data_dir=data_dir or defaults.data_dir(),
             max_body_bytes=sizes["--max-body"] or defaults.MAX_BODY_BYTES,
             saved_log_bytes=sizes["--saved-log"] or defaults.SAVED_LOG_BYTES,
+            saved_logs_total=sizes["--saved-logs-total"] or 0,
+            min_free_disk=sizes["--min-free-disk"] or 0,
             retention_days=retention_days,
             pids_limit=pids_limit,
             quota_sessions=quota_sessions,

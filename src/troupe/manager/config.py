@@ -41,6 +41,10 @@ class ServerConfig:
     max_body_bytes: int = defaults.MAX_BODY_BYTES
     #: Saved log of one kernel: only its last this many bytes are kept.
     saved_log_bytes: int = defaults.SAVED_LOG_BYTES
+    #: All saved logs together: oldest sessions' deleted first past this (0: no cap).
+    saved_logs_total: int = defaults.SAVED_LOGS_TOTAL
+    #: New sessions are refused (507) while the data dir's disk has less free (0: no check).
+    min_free_disk: int = defaults.MIN_FREE_DISK
     #: Finished sessions (and their saved logs) are deleted after this many days; 0 keeps them.
     retention_days: float = defaults.RETENTION_DAYS
     #: Default per-user limits (admins may set others per user; admins have none).

@@ -52,7 +52,9 @@ class Registry:
         self.config = config
         self.store = store
         self.fleet = Fleet(config, store, agents, remote)
-        self.life = Life(config, store, self.fleet, LogStore(config.logs_dir))
+        self.life = Life(
+            config, store, self.fleet, LogStore(config.logs_dir, config.saved_logs_total)
+        )
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._preparers: dict[str, asyncio.Task[None]] = {}

@@ -33,7 +33,7 @@ from troupe.api.lifecycle import (
 )
 from troupe.api.models import SessionCreate
 from troupe.cluster import build_cluster, generate_ed25519
-from troupe.manager import quotas
+from troupe.manager import disk, quotas
 from troupe.manager.life.context import Life
 from troupe.manager.scheduler import Request, never_fits
 from troupe.manager.store.models import Folder, Kernel, Session, User
@@ -88,6 +88,7 @@ async def admit(life: Life, owner: User, req: SessionCreate) -> Session:
     on the way to the scheduler); raises a domain error if it can't be."""
     if req.cluster_size > life.config.max_cluster_size:
         raise Invalid.field_rule("cluster_size", f"must be at most {life.config.max_cluster_size}")
+    await disk.check_room(life.config)
     limits = quotas.limits_of(life.config, owner)
     _refuse(quotas.check_static(limits, _ask(req)))
     async with life.store() as db:

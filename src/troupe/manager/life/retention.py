@@ -10,8 +10,10 @@ Saved logs go first, then the rows: a manager stopped in between leaves rows wit
 which the next sweep deletes, rather than logs nobody can reach.
 
 The sweep also wipes private keys that final sessions still hold (sessions made final
-before keys were wiped at teardown, or by a step that does not wipe them), and deletes the web
-UI's sign-ins that expired or whose user's key changed (:func:`prune_web_sessions`).
+before keys were wiped at teardown, or by a step that does not wipe them), deletes the web
+UI's sign-ins that expired or whose user's key changed (:func:`prune_web_sessions`), and keeps
+saved logs within ``--saved-logs-total`` (each save does too; the sweep catches a budget lowered
+across a restart), oldest sessions' first (:meth:`troupe.manager.logs.LogStore.trim`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ BATCH = 200
 async def sweep(life: Life, now: datetime | None = None) -> int:
     """Deletes the finished sessions past retention; returns how many."""
     await _wipe_leftover_keys(life)
+    trimmed = await asyncio.to_thread(life.logs.trim)
+    if trimmed:
+        log.info("saved logs: deleted those of %d session(s) to keep the total", len(trimmed))
     total = await _forget_old_sessions(life, now)
     await prune_web_sessions(life, now)
     return total

@@ -1,8 +1,8 @@
 """/v1/sessions: create, list, get, wait, destroy, logs, exec, shell.
 
 Long requests (wait, logs, exec, shell) look the session up in a short transaction and hold
-no database connection while they wait or stream. Those that may last (wait, followed logs,
-exec, shell) each hold one of the user's stream slots (:mod:`troupe.manager.streams`), taken
+no database connection while they wait or stream. Those that may last (wait, logs, exec,
+shell) each hold one of the user's stream slots (:mod:`troupe.manager.streams`), taken
 after every other check and before the answer starts, released when they end or their client
 goes away. Look-ups and lists are :mod:`troupe.manager.reads`'s, shared with the web pages.
 """
@@ -24,7 +24,6 @@ from troupe.api.models import ExecRequest, SessionCreate, SessionInfo
 from troupe.api.shell import serve_shell
 from troupe.manager import kernel_io, log_events
 from troupe.manager.deps import DB, CurrentUser, RegistryDep, StreamsDep, authenticate
-from troupe.manager.logs import after
 from troupe.manager.reads.sessions import list_page, lookup, session_by_ref
 from troupe.manager.reads.wire import session_info
 from troupe.manager.streams import SlotResponse, streams_of, unless_disconnected
@@ -125,32 +124,44 @@ async def session_logs(
     container: Annotated[str | None, Query(description="hostname, e.g. sub1")] = None,
     follow: bool = False,
     since: Annotated[
-        str, Query(max_length=40, description="only lines after this timestamp (an event id)")
+        str,
+        Query(
+            max_length=40,
+            description="only lines later than this RFC 3339 timestamp (UTC), in every kernel",
+        ),
     ] = "",
 ) -> StreamingResponse:
-    """Logs of every kernel (``[host]`` prefixes) or of one; ``follow`` streams new lines
-    until the kernels end or the client leaves (headers are sent at once).
+    """Logs of every kernel (``[host]`` prefixes, merged in time order) or of one; ``follow``
+    streams new lines until the kernels end or the client leaves (headers are sent at once).
 
-    With ``Accept: text/event-stream`` the lines come as server-sent events (see
-    :mod:`troupe.manager.log_events`): each with its timestamp as id, so a client that
-    reconnects (``Last-Event-ID``) resumes without repeats, and a comment while quiet.
+    Every logs request, followed or not, holds one of the user's stream slots (429 when they
+    are all taken): a merged log of many kernels takes a while. With
+    ``Accept: text/event-stream`` the lines come as server-sent events (see
+    :mod:`troupe.manager.log_events`): each with an id saying where the stream is in every
+    kernel, so a client that reconnects (``Last-Event-ID``) resumes exactly, and a comment
+    while quiet. A malformed ``Last-Event-ID`` or ``since`` is 422.
     """
     s = await lookup(request, user, ref)
-    # a bad name (422) or an unreachable agent (502) is refused before the response starts
-    lines = kernel_io.logs(registry.fleet, registry.life.logs, s, container, follow)
-    lines = after(lines, request.headers.get("last-event-id", "")[:40] or since)
+    # a bad name or position (422) or an unreachable agent (502) is refused before the
+    # response starts
+    lines, cursor = kernel_io.logs(
+        registry.fleet,
+        registry.life.logs,
+        s,
+        container,
+        follow,
+        last_event_id=request.headers.get("last-event-id", ""),
+        since=since,
+    )
+    body: AsyncIterator[bytes]
     if "text/event-stream" in request.headers.get("accept", ""):
-        body, media_type = (
-            log_events.events(lines, registry.config.keepalive_seconds),
-            log_events.MEDIA_TYPE,
-        )
+        body = log_events.events(lines, cursor, registry.config.keepalive_seconds)
+        media_type = log_events.MEDIA_TYPE
     else:
-        body, media_type = (
-            log_events.plain(lines, prefixed=container is None),
-            "text/plain; charset=utf-8",
-        )
+        body = log_events.plain(lines, prefixed=container is None)
+        media_type = "text/plain; charset=utf-8"
     if not follow:
-        return StreamingResponse(body, media_type=media_type)
+        body = log_events.batched(body)
     return SlotResponse(streams.open(user), body, media_type=media_type)
 
 
