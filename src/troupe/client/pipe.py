@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from troupe.api.errors import TroupeError, from_wire
 from troupe.api.pipe import control
@@ -55,10 +55,6 @@ def ws_url(api_url: str, route: str, /, **params: str | int) -> str:
         base = "ws://" + base.removeprefix("http://")
     query = urlencode({k: str(v) for k, v in params.items()})
     return f"{base}/v1{route}" + (f"?{query}" if query else "")
-
-
-def session_path(ref: str, what: str) -> str:
-    return f"/sessions/{quote(ref, safe='')}/{what}"
 
 
 class PipeClient:
