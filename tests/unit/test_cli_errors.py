@@ -5,6 +5,7 @@ docs/reliability.md). Against a stand-in server on loopback that records what re
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -157,6 +158,47 @@ def test_an_error_no_command_expected_is_one_line(
     monkeypatch.setattr(sdk.Client, "get_session", gone)
     line = one_error_line(*troupe("session", "info", "s1"))
     assert line == "error: Permission denied: /some/file"
+
+
+# -- the user commands read the typed answers (one Limits shape, troupe.api.users) -----------
+
+DETAIL = {
+    "id": "u1",
+    "name": "bob",
+    "admin": False,
+    "created_at": "2026-11-27T07:46:20",
+    "api_key": None,
+    "revoked": False,
+    "limits": {
+        "sessions": 4, "kernels": None, "cpu": 2.5, "mem": 2 * 1024**3, "gpu": 0,
+        "streams": 32, "max_priority": 0, "groups": ["default"],
+    },
+    "overrides": {"mem": 2 * 1024**3},
+    "usage": {"sessions": 1, "kernels": 2, "cpu": 1.0, "mem": 1024**3, "gpu": 0},
+}  # fmt: skip
+
+
+def test_user_limits_shows_the_typed_answer(server: type[Server]) -> None:
+    server.answer = (200, "application/json", json.dumps(DETAIL).encode())
+    code, output = troupe("user", "limits", "bob")
+    assert code == 0, output
+    rows = {line.split()[0]: line.split()[1:] for line in output.splitlines() if line.strip()}
+    assert rows["mem"] == ["2g", "1g", "user"] and rows["cpu"] == ["2.5", "1", "default"]
+    assert rows["kernels"] == ["unlimited", "2", "default"]
+    assert rows["groups"] == ["default", "-", "default"] and rows["user:"] == ["bob"]
+    code, output = troupe("user", "limits", "bob", "--mem", "2g", "--json")
+    assert code == 0 and json.loads(output) == DETAIL, output
+    assert server.seen[-1] == ("PUT", "/v1/users/bob/limits")
+
+
+def test_user_list_and_revoke_show_the_typed_answers(server: type[Server]) -> None:
+    listed = {k: DETAIL[k] for k in ("id", "name", "admin", "created_at", "api_key", "revoked")}
+    server.answer = (200, "application/json", json.dumps([listed]).encode())
+    code, output = troupe("user", "list")
+    assert code == 0 and "bob" in output and "valid" in output and "u1" in output, output
+    server.answer = (200, "application/json", json.dumps({**listed, "revoked": True}).encode())
+    code, output = troupe("user", "revoke", "bob")
+    assert code == 0 and output.strip() == "user bob: API key revoked", output
 
 
 def test_usage_errors_and_exit_codes_stay_typers(server: type[Server]) -> None:

@@ -5,7 +5,9 @@ Settings: ``TROUPE_API_URL`` (default :data:`troupe.api.defaults.API_URL`) and
 
 Failures raise the domain errors of :mod:`troupe.api.errors`: an error answer becomes the
 class its ``code`` names (``status`` holds the HTTP status), a server out of reach becomes
-:class:`~troupe.api.errors.Unreachable` (``status`` 0).
+:class:`~troupe.api.errors.Unreachable` (``status`` 0), a success answer it cannot read
+:class:`UnexpectedAnswer`. Names go into URL paths only through :mod:`troupe.client.paths`: a
+session reference that is no name or id raises :class:`~troupe.api.errors.Invalid` unsent.
 
 Importing this module loads httpx but not the pydantic models of :mod:`troupe.api.models`: a
 method loads them when it first returns one, so that ``exec_stream`` and the ``*_data``
@@ -196,7 +198,7 @@ class Client:
             before = httpx.URL(after).params.get("before")
             if not before or before == params.get("before"):
                 raise UnexpectedAnswer(
-                    "unexpected answer from the server (a next page without before)"
+                    "unexpected answer from the server (a next page that does not move on)"
                 )
             params["before"] = before
 
