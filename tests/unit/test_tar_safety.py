@@ -239,6 +239,36 @@ def test_an_ordinary_tree_is_unpacked(where: tuple[Path, Path]) -> None:
                                     files_under(got))}  # fmt: skip
 
 
+def test_a_refused_entry_ends_the_copy_at_once(where: tuple[Path, Path]) -> None:
+    """The rest of a refused archive is not read (it may be endless), nor is the sender
+    waited for."""
+    outside, dest = where
+    data = archive(("dl", "dir", None), ("dl/null", "chr", None), ("dl/big", "file", b"x" * 8192))
+    stream = io.BytesIO(data)
+
+    def finish() -> None:
+        raise AssertionError("the sender was waited for")
+
+    with pytest.raises(UnsafeArchive, match="device"):
+        receive(stream, "dl", dest, finish)
+    assert stream.tell() < len(data) - 8192
+    assert_nothing_written(outside, dest)
+
+
+def test_a_broken_archive_gives_the_senders_failure(where: tuple[Path, Path]) -> None:
+    outside, dest = where
+    data = archive(("dl", "dir", None), ("dl/big", "file", b"x" * 5000))[: 3 * 512]
+
+    def failed() -> None:
+        raise tarsafe.UnsafeArchive("tar: dl/big: file shrank")
+
+    with pytest.raises(UnsafeArchive, match="file shrank"):
+        receive(io.BytesIO(data), "dl", dest, failed)
+    with pytest.raises(tarsafe.BrokenArchive):
+        receive(io.BytesIO(data), "dl", dest, no_finish)
+    assert_nothing_written(outside, dest)
+
+
 def test_a_failed_command_says_why(where: tuple[Path, Path]) -> None:
     """Nothing came and the command failed: its failure, not a tar error."""
     _, dest = where

@@ -265,7 +265,8 @@ def receive(
     stream: _Reader | BinaryIO, remote_name: str, dest: Path, finish: Callable[[], None]
 ) -> None:
     """:func:`download` once connected: unpacks the archive read from ``stream``, calls
-    ``finish`` (which raises the sender's failure), then moves the result into place."""
+    ``finish`` (which raises the sender's failure), then moves the result into place. A
+    refused entry ends it at once: the rest of the archive is not read."""
     into = dest.is_dir()
     parent = dest if into else dest.parent
     tmp = Path(tempfile.mkdtemp(prefix=".troupe-cp.", dir=parent))
@@ -276,16 +277,15 @@ def receive(
         except tarfile.ReadError:
             finish()  # nothing came: the command's failure says why
             raise PipeFailed("copy: no archive came from the kernel") from None
-        except tarsafe.UnsafeArchive:
-            with contextlib.suppress(TroupeError):
-                finish()  # a failure of the command says more than what it sent
+        except tarsafe.BrokenArchive:
+            finish()  # the command's failure, if it failed, says more than what it sent
             raise
         except OSError as e:
             raise PipeFailed(f"cannot write under {parent}: {e.strerror or e}") from None
         finish()
         got, target = tmp / remote_name, dest / remote_name if into else dest
         if not got.is_symlink() and not got.exists():
-            raise tarsafe.UnsafeArchive(f"the archive from the kernel has no {remote_name!r}")
+            raise PipeFailed(f"copy: the archive from the kernel holds no {remote_name!r}")
         try:
             if _real_dir(got) and _real_dir(target):
                 # into an existing directory of that name: merged, as tar and docker cp do

@@ -53,6 +53,10 @@ class UnsafeArchive(TroupeError):
     code = "unsafe_archive"
 
 
+class BrokenArchive(UnsafeArchive):
+    """The archive breaks off or is not one: the sender's own failure may say why."""
+
+
 def _refuse(name: str, why: str) -> UnsafeArchive:
     return UnsafeArchive(f"archive refused, nothing written: entry {name[:200]!r} {why}")
 
@@ -162,7 +166,7 @@ def unpack(tar: tarfile.TarFile, into: Path, top: str) -> None:
             else:
                 _write_file(tar, member, path)
     except (tarfile.TarError, EOFError) as e:
-        raise UnsafeArchive(f"archive refused, nothing written: it is broken ({e})") from None
+        raise BrokenArchive(f"archive refused, nothing written: it is broken ({e})") from None
     for path, mtime in reversed(dir_times):  # deepest first: their parents' times stay
         _set_time(path, mtime)
 
