@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from troupe.client.cli.output import client, console, print_json
+from troupe.client.cli.output import App, client, console, print_json
 from troupe.client.cli.table import human_size, print_table
 
 if TYPE_CHECKING:
     from troupe.api.models import AgentInfo
 
-app = typer.Typer(no_args_is_help=True, help="Agents (hosts that run kernels).")
+app = App(no_args_is_help=True, help="Agents (hosts that run kernels).")
 
 
 @app.command("list")

@@ -19,6 +19,7 @@ from troupe.client.cli.choices import (
     SessionType,
 )
 from troupe.client.cli.output import (
+    App,
     client,
     console,
     err_console,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
     from troupe.api.models import SessionInfo
 
-app = typer.Typer(no_args_is_help=True, help="Create and use cluster sessions.")
+app = App(no_args_is_help=True, help="Create and use cluster sessions.")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 NameArg = session_exec.NameArg

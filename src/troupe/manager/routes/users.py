@@ -13,17 +13,16 @@ from __future__ import annotations
 import asyncio
 import secrets
 from dataclasses import asdict
-from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field, field_validator
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.errors import Conflict, Forbidden, Invalid
 from troupe.api.lifecycle import utcnow
-from troupe.api.models import Name, Strict, UserCreate, UserInfo, parse_size
+from troupe.api.models import UserCreate, UserInfo
+from troupe.api.users import Limits, LimitsUpdate, Usage, UserDetail, UserListed
 from troupe.manager import quotas
 from troupe.manager.auth import REVOKED, create_user, is_revoked, revoke_key, rotate_key
 from troupe.manager.deps import DB, AdminUser, CurrentUser, RegistryDep
@@ -39,59 +38,6 @@ router = APIRouter(tags=["users"])
 _changes = asyncio.Lock()
 #: ``/users/me`` is the caller: no user may be called so.
 RESERVED = "me"
-
-
-# -- wire models -------------------------------------------------------------------------
-class LimitsUpdate(Strict):
-    """A user's own limits; a key given null goes back to the server's default, a key left
-    out keeps its value."""
-
-    sessions: int | None = Field(None, ge=0, description="active sessions")
-    kernels: int | None = Field(None, ge=0, description="kernels of active sessions")
-    cpu: float | None = Field(None, ge=0, allow_inf_nan=False, description="cores in use")
-    mem: int | None = Field(None, ge=0, description="bytes in use, or a size such as 64g")
-    gpu: int | None = Field(None, ge=0, description="GPUs in use")
-    streams: int | None = Field(None, ge=1, description="concurrent waits, follows, execs")
-    max_priority: int | None = Field(None, ge=-100, le=100, description="highest priority")
-    groups: list[Name] | None = Field(None, description="resource groups the user may use")
-
-    @field_validator("mem", mode="before")
-    @classmethod
-    def _size(cls, v: object) -> object:
-        return None if v is None else parse_size(v)
-
-
-class Limits(BaseModel):
-    """Effective limits (null: none)."""
-
-    sessions: int | None = None
-    kernels: int | None = None
-    cpu: float | None = None
-    mem: int | None = None
-    gpu: int | None = None
-    streams: int | None = None
-    max_priority: int | None = None
-    groups: list[str] | None = None
-
-
-class Usage(BaseModel):
-    """What the user's active sessions hold."""
-
-    sessions: int = 0
-    kernels: int = 0
-    cpu: float = 0.0
-    mem: int = 0
-    gpu: int = 0
-
-
-class UserListed(UserInfo):
-    revoked: bool = Field(False, description="the key was revoked (rotate gives a new one)")
-
-
-class UserDetail(UserListed):
-    limits: Limits = Field(description="effective limits: the user's own over the defaults")
-    overrides: dict[str, Any] = Field(description="the limits an admin set for this user")
-    usage: Usage
 
 
 def listed(u: User) -> UserListed:
