@@ -72,6 +72,15 @@ def test_each_operation_lists_its_error_answers(doc: dict[str, Any]) -> None:
             assert 401 in errors(op), label
 
 
+def test_every_status_of_the_edge_is_documented_where_it_is_answered(
+    doc: dict[str, Any],
+) -> None:
+    """A status the edge maps a domain error to (but 500) that no operation lists means an
+    error class was added without saying where it is answered (manager/openapi.py)."""
+    documented = set().union(*(errors(op) for op in operations(doc).values()))
+    assert set(edge.HTTP_STATUS.values()) - {500} <= documented
+
+
 def test_exec_says_its_media_type(doc: dict[str, Any]) -> None:
     ok = operations(doc)["POST /v1/sessions/{ref}/exec"]["responses"]["200"]
     assert list(ok["content"]) == ["application/x-ndjson"]
