@@ -10,21 +10,30 @@ from typing import Any
 
 import jsonschema_rs
 import pytest
+from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute, iter_route_contexts
 
 from tests.inprocess.conftest import Harness
 from troupe.api import edge
 from troupe.api import errors as E
 from troupe.api.models import ErrorBody
+from troupe.manager import openapi
 from troupe.manager.app import create_app
 
 ERROR_REF = {"$ref": "#/components/schemas/ErrorBody"}
 
 
 @pytest.fixture(scope="module")
-def doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def app(tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
+    """The manager's app, never started (building its document touches no disk)."""
     tmp: Path = tmp_path_factory.mktemp("openapi")
-    return dict(create_app(Harness(tmp).config).openapi())
+    return create_app(Harness(tmp).config)
+
+
+@pytest.fixture(scope="module")
+def doc(app: FastAPI) -> dict[str, Any]:
+    return dict(app.openapi())
 
 
 def operations(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -79,6 +88,16 @@ def test_every_status_of_the_edge_is_documented_where_it_is_answered(
     error class was added without saying where it is answered (manager/openapi.py)."""
     documented = set().union(*(errors(op) for op in operations(doc).values()))
     assert set(edge.HTTP_STATUS.values()) - {500} <= documented
+
+
+def test_the_tables_name_operations_and_dependencies_that_exist(
+    app: FastAPI, doc: dict[str, Any]
+) -> None:
+    """A renamed route or dependency would leave its row silently unused."""
+    assert set(openapi.EXTRA) | set(openapi.MEDIA) <= set(operations(doc))
+    routes = [r for r in iter_route_contexts(app.routes) if isinstance(r.original_route, APIRoute)]
+    used = set().union(*(edge.dependency_calls(r) for r in routes))
+    assert set(openapi.BY_DEPENDENCY) <= used
 
 
 def test_exec_says_its_media_type(doc: dict[str, Any]) -> None:

@@ -3,7 +3,8 @@
 ``tests/fuzz/test_api_fuzz.py`` checks every answer's status and body against them).
 
 Derived where the route says it: any input may be refused (422), a path names a thing that may
-not be there (404), a body may be over the limit (413); the dependencies tell who is asked for
+not be there (404), a body may not parse (400) or be over the limit (413); the dependencies
+tell who is asked for
 (a key: 401; an admin: 403; a stream slot: 429; the agent token or an agent's credential:
 401, and that agent may be unknown: 404); a create may clash with what exists (409). What a
 route's handler raises besides is in :data:`EXTRA`.
