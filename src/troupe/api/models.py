@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from troupe.api import defaults
 from troupe.api.exec import KERNEL_PATTERN
@@ -405,13 +406,25 @@ class ImageInfo(BaseModel):
 
 
 class ErrorDetail(BaseModel):
-    """The one error shape of the manager's and the agents' APIs (see troupe.api.errors)."""
+    """What went wrong, as ``TroupeError.to_wire`` writes it and ``from_wire`` reads it
+    (:mod:`troupe.api.errors`); the edge (:mod:`troupe.api.edge`) sets the HTTP status from
+    ``code``. The one error shape of the manager's and the agents' APIs."""
 
-    code: str
-    message: str
-    field: str | None = None
-    kernel: str | None = None
+    model_config = ConfigDict(extra="forbid")
+
+    code: str = Field(
+        pattern=r"^[a-z_]+$", description="what kind of error, e.g. not_found, quota_exceeded"
+    )
+    message: str = Field(min_length=1, description="for people; starts with the field it names")
+    field: str | None = Field(description="the request field at fault, if one is")
+    kernel: str | SkipJsonSchema[None] = Field(
+        None, description="the kernel concerned (only when one is)"
+    )
 
 
 class ErrorBody(BaseModel):
+    """Every error answer (4xx, 5xx): ``{"error": {...}}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
     error: ErrorDetail

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from troupe import __version__
 from troupe.api import edge
 from troupe.api.agent import AgentBackend
+from troupe.manager import openapi
 from troupe.manager.auth import KeyCache, ensure_admin
 from troupe.manager.changes import ChangeBus
 from troupe.manager.config import ServerConfig
@@ -97,5 +98,6 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     for module in (sessions, reach, folders, users, misc, agent_routes):
         app.include_router(module.router, prefix="/v1")
+    openapi.install(app)
     web_pages.install(app)
     return app
