@@ -33,6 +33,12 @@ def run(
     nvidia_smi: Annotated[
         str | None, typer.Option(help="nvidia-smi the local agent asks (default: first on PATH)")
     ] = None,
+    metrics_interval: Annotated[
+        float,
+        typer.Option(
+            min=0, help="seconds between two samples of the local agent's kernels (0: none)"
+        ),
+    ] = 5.0,
     subnet_pool: Annotated[
         str, typer.Option(help="pool of session subnets")
     ] = defaults.SUBNET_POOL,
@@ -145,6 +151,7 @@ def run(
                 saved_log_bytes=config.saved_log_bytes,
                 gpus=config.agent_gpus,
                 nvidia_smi=config.nvidia_smi,
+                metrics_interval=metrics_interval,
             )
         }
         if config.local_agent

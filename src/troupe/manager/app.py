@@ -22,10 +22,11 @@ from troupe.manager.changes import ChangeBus
 from troupe.manager.config import ServerConfig
 from troupe.manager.fleet import RemoteFactory
 from troupe.manager.limits import BodyLimit
+from troupe.manager.metrics_feed import Feed
 from troupe.manager.registry import Registry
 from troupe.manager.remote_agent import verifying_with
 from troupe.manager.routes import agents as agent_routes
-from troupe.manager.routes import folders, misc, reach, sessions, users
+from troupe.manager.routes import folders, metrics, misc, reach, sessions, users
 from troupe.manager.store.db import make_engine, migrate
 from troupe.manager.store.unit import Store
 from troupe.manager.web import pages as web_pages
@@ -79,9 +80,12 @@ def create_app(
             raise
         app.state.config, app.state.db, app.state.registry = config, store, registry
         app.state.keys = keys
+        app.state.metrics = feed = Feed(registry.fleet, store)
+        feed.start()
         try:
             yield
         finally:
+            await feed.stop()
             await registry.stop()
             await engine.dispose()
 
@@ -95,7 +99,7 @@ def create_app(
     )
     edge.install(app)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
-    for module in (sessions, reach, folders, users, misc, agent_routes):
+    for module in (sessions, reach, folders, users, misc, agent_routes, metrics):
         app.include_router(module.router, prefix="/v1")
     web_pages.install(app)
     return app
