@@ -27,6 +27,7 @@ from troupe.api import exec as exec_frames
 from troupe.client.settings import load_settings, plain_http
 
 if TYPE_CHECKING:
+    from troupe.api.metrics import AgentUsage, SessionMetrics
     from troupe.api.models import (
         AgentInfo,
         FolderInfo,
@@ -324,6 +325,25 @@ class Client:
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._req("GET", "/health")
         return result
+
+    def session_metrics(self, ref: str, since: float | str | None = None) -> SessionMetrics:
+        """Each kernel's samples (after ``since``: epoch seconds or RFC 3339), or a finished
+        session's summary (docs/metrics.md)."""
+        from troupe.api.metrics import SessionMetrics
+
+        params = {"since": str(since)} if since is not None else {}
+        return SessionMetrics.model_validate(
+            self._req("GET", f"/sessions/{ref}/metrics", params=params)
+        )
+
+    def agent_metrics(self, name: str, since: float | str | None = None) -> AgentUsage:
+        """An agent's capacity and its kernels' use over time (admins)."""
+        from troupe.api.metrics import AgentUsage
+
+        params = {"since": str(since)} if since is not None else {}
+        return AgentUsage.model_validate(
+            self._req("GET", f"/agents/{quote(name, safe='')}/metrics", params=params)
+        )
 
 
 def _sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
