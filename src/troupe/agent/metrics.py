@@ -148,8 +148,6 @@ class Sampler:
         self._gpu_reason = ""
 
     def start(self) -> None:
-        if self.mounts is None:
-            self.mounts = cgroup.read_mounts()
         self._task = asyncio.create_task(self._run(), name="metrics-sampler")
 
     async def close(self) -> None:
@@ -202,6 +200,8 @@ class Sampler:
         """One round: every running kernel's sample (kernels seen for the first time give
         theirs from the next round on)."""
         t = time.time()
+        if self.mounts is None:
+            self.mounts = await asyncio.to_thread(cgroup.read_mounts)
         listed = {str(c["Id"]): c for c in await self._running()}
         for cid in list(self.tracked):
             if cid not in listed:
