@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import BASE_IMAGE, Server, start_server, stop_server
@@ -23,11 +24,18 @@ from troupe.api.models import Resources, SessionCreate
 pytestmark = pytest.mark.docker
 MiB = 1024**2
 INTERVAL = 1.0
+SCRAPE_TOKEN = "scrape-token-for-the-test"
 
 
 @pytest.fixture(scope="module")
 def sampled(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[Server]:
-    s = start_server(tmp_path_factory.mktemp("metrics"), "--metrics-interval", str(INTERVAL))
+    tmp = tmp_path_factory.mktemp("metrics")
+    (tmp / "scrape-token").write_text(SCRAPE_TOKEN + "\n")
+    s = start_server(
+        tmp,
+        *("--metrics-interval", str(INTERVAL)),
+        *("--metrics-token-file", str(tmp / "scrape-token")),
+    )
     try:
         yield s
     finally:
@@ -78,6 +86,16 @@ def test_busy_idle_memory_oom_cli_and_summary(sampled: Server, tmp_path: Path) -
     assert idle.cpu_cores < 0.05 and busy.cpu_cores > 5 * idle.cpu_cores, last
     assert busy.mem_limit == 512 * MiB and busy.pids >= 2
     print(f"busy kernel shown after {took:.1f} s at {busy.cpu_cores:.2f} cores")
+
+    # Prometheus's view: the busy kernel's CPU series, with the scrape token only
+    assert httpx.get(f"{sampled.url}/metrics", timeout=10).status_code == 401
+    r = httpx.get(
+        f"{sampled.url}/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"}, timeout=10
+    )
+    assert r.status_code == 200, r.text
+    series = 'troupe_kernel_cpu_cores{kernel="main1",owner="admin",session="metered"} '
+    (line,) = [x for x in r.text.splitlines() if x.startswith(series)]
+    assert float(line.split()[-1]) > 0.1, line
 
     allocate = 'python3 -c "import time; b = b\\"x\\" * (200 << 20); time.sleep(3600)"'
     background(sampled, sid, "sub1", allocate)

@@ -158,11 +158,15 @@ class Sampler:
 
     async def _run(self) -> None:
         next_at = time.monotonic()
+        failing = ""
         while True:
             try:
                 await self.sample()
-            except Exception:  # the next round tries again
-                log.exception("sampling kernels failed")
+                failing = ""
+            except Exception as e:  # the next round tries again; a lasting failure is said once
+                if repr(e) != failing:
+                    log.warning("sampling kernels failed: %r", e, exc_info=not failing)
+                failing = repr(e)
             next_at = max(next_at + self.interval, time.monotonic())
             await asyncio.sleep(next_at - time.monotonic())
 

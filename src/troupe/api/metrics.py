@@ -136,7 +136,10 @@ def parse_since(value: str | None, now: float | None = None) -> float | None:
             ) from None
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
-        t = when.timestamp()
+        try:
+            t = when.timestamp()
+        except (OverflowError, ValueError, OSError):  # (year 1 with a positive offset)
+            raise Invalid.field_rule("since", "must be a time after 1970") from None
     if t != t or t in (float("inf"), float("-inf")) or t < 0:
         raise Invalid.field_rule("since", "must be a time after 1970")
     current = datetime.now(UTC).timestamp() if now is None else now

@@ -39,6 +39,10 @@ def run(
             min=0, help="seconds between two samples of the local agent's kernels (0: none)"
         ),
     ] = 5.0,
+    metrics_token_file: Annotated[
+        Path | None,
+        typer.Option(help="file with the token Prometheus scrapes /metrics with (or an admin key)"),
+    ] = None,
     subnet_pool: Annotated[
         str, typer.Option(help="pool of session subnets")
     ] = defaults.SUBNET_POOL,
@@ -136,6 +140,7 @@ def run(
             quota_gpu=quota_gpu,
             quota_streams=quota_streams,
             agent_ca_file=agent_ca,
+            metrics_token_file=metrics_token_file,
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e

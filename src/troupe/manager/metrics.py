@@ -52,6 +52,12 @@ class Ring:
             at = ((self._start + i) % self.capacity) * self.width
             yield self._data[at : at + self.width].tolist()
 
+    def last(self) -> list[float] | None:
+        if not self._len:
+            return None
+        at = ((self._start + self._len - 1) % self.capacity) * self.width
+        return self._data[at : at + self.width].tolist()
+
     def nbytes(self) -> int:
         return self._data.itemsize * len(self._data)
 
@@ -182,37 +188,39 @@ class KernelSeries:
         u.mean_cpu_cores = self.cpu_seconds / u.seconds if u.seconds else 0.0
         u.gpu_hours += len(self.gpus) * dt / 3600
 
+    def newest(self) -> KernelSample | None:
+        row = self.series.full.last()
+        return None if row is None else self._sample(row[0] + self.series.epoch, row[1:])
+
     def samples(self, since: float | None) -> list[KernelSample]:
-        out = []
-        for t, r in self.series.rows(since):
-            gpus = [
-                GpuSample(
-                    index=index,
-                    uuid=uuid,
-                    util_pct=_back(r[KERNEL_COLUMNS + 2 * i]),
-                    mem_bytes=_int(r[KERNEL_COLUMNS + 2 * i + 1]),
-                    mem_total=total,
-                )
-                for i, (index, uuid, total) in enumerate(self.gpus)
-            ]
-            out.append(
-                KernelSample(
-                    t=round(t, 3),
-                    cpu_cores=round(r[0], 4),
-                    cpu_limit=_back(r[1]),
-                    cpu_pct=None if math.isnan(r[2]) else round(r[2], 2),
-                    mem_bytes=_int(r[3]) or 0,
-                    mem_limit=_int(r[4]),
-                    oom_killed=r[5] > 0,
-                    net_rx_bps=round(r[6], 1),
-                    net_tx_bps=round(r[7], 1),
-                    blk_read_bps=round(r[8], 1),
-                    blk_write_bps=round(r[9], 1),
-                    pids=_int(r[10]) or 0,
-                    gpus=gpus,
-                )
+        return [self._sample(t, r) for t, r in self.series.rows(since)]
+
+    def _sample(self, t: float, r: list[float]) -> KernelSample:
+        gpus = [
+            GpuSample(
+                index=index,
+                uuid=uuid,
+                util_pct=_back(r[KERNEL_COLUMNS + 2 * i]),
+                mem_bytes=_int(r[KERNEL_COLUMNS + 2 * i + 1]),
+                mem_total=total,
             )
-        return out
+            for i, (index, uuid, total) in enumerate(self.gpus)
+        ]
+        return KernelSample(
+            t=round(t, 3),
+            cpu_cores=round(r[0], 4),
+            cpu_limit=_back(r[1]),
+            cpu_pct=None if math.isnan(r[2]) else round(r[2], 2),
+            mem_bytes=_int(r[3]) or 0,
+            mem_limit=_int(r[4]),
+            oom_killed=r[5] > 0,
+            net_rx_bps=round(r[6], 1),
+            net_tx_bps=round(r[7], 1),
+            blk_read_bps=round(r[8], 1),
+            blk_write_bps=round(r[9], 1),
+            pids=_int(r[10]) or 0,
+            gpus=gpus,
+        )
 
 
 #: Agent columns after the time: cores, memory, kernels; per GPU: utilisation, memory used.
