@@ -280,3 +280,63 @@ def test_memory_for_1000_kernels_is_as_documented() -> None:
     assert used * 10 < 55_000_000, used
     doc = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
     assert f"{PER_KERNEL:,} bytes" in doc and "at most 55 MB" in doc
+
+
+# -- one sampler round, its engine and files stood in -----------------------------------------
+class FakeContainer:
+    async def show(self) -> dict[str, object]:
+        return {"State": {"Pid": 4242}}
+
+
+class FakeContainers:
+    def container(self, container_id: str) -> FakeContainer:
+        return FakeContainer()
+
+
+class FakeDocker:
+    """The two engine calls a round makes: the running troupe containers, an inspect."""
+
+    def __init__(self) -> None:
+        self.containers = FakeContainers()
+        self.listed: list[dict[str, object]] = [
+            {
+                "Id": "c" * 64,
+                "Labels": {
+                    "troupe.session": "s1",
+                    "troupe.kernel": "k1",
+                    "troupe.hostname": "main1",
+                    "troupe.gpus": UUID0,
+                },
+            }
+        ]
+
+    async def _query_json(self, path: str, params: dict[str, str]) -> list[dict[str, object]]:
+        assert path == "containers/json" and "running" in params["filters"]
+        return self.listed
+
+
+async def test_a_round_samples_kernels_and_their_gpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from troupe.api.models import GpuInfo
+
+    read = cgroup.read
+    monkeypatch.setattr(cgroup, "locate", lambda mounts, pid: v1_place(tmp_path))
+    monkeypatch.setattr(cgroup, "read", lambda place: read(place, proc=DATA / "proc"))
+    offered = [GpuInfo(index=0, uuid=UUID0, model="Stand-in", memory=16 * 1024**3)]
+    docker = FakeDocker()
+    s = sampler.Sampler(docker, 5.0, offered, standin(tmp_path), mounts=cgroup.Mounts())  # type: ignore[arg-type]
+    first = await s.sample()
+    assert first.kernels == [] and first.host.kernels == 0  # a first reading gives no rate
+    second = await s.sample()
+    ((k, got),) = second.kernels
+    assert (k.session_id, k.kernel_id, k.hostname) == ("s1", "k1", "main1")
+    assert got.cpu_limit == 1.5 and got.mem_limit == 256 * MiB and got.cpu_cores == 0
+    assert [g.uuid for g in got.gpus] == [UUID0] and got.gpus[0].util_pct == 87
+    assert [g.uuid for g in second.host.gpus] == [UUID0]  # the offered GPUs only
+    m = s.since(first.t)
+    assert [x.hostname for x in m.kernels] == ["main1"] and len(m.host) == 1
+    assert s.since(second.t).kernels == []
+    docker.listed = []  # the kernel stopped: no longer tracked
+    third = await s.sample()
+    assert third.kernels == [] and s.tracked == {}
