@@ -25,6 +25,7 @@ from aiodocker.exceptions import DockerError
 from troupe.agent import exec as execs
 from troupe.agent import gpus as gpu_discovery
 from troupe.agent import logs as klogs
+from troupe.agent import metrics as kmetrics
 from troupe.agent import networks, ready
 from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
@@ -65,6 +66,7 @@ from troupe.api.aio import gather_all
 from troupe.api.defaults import AGENT_DATA_ROOT
 from troupe.api.errors import AgentFailed, TroupeError
 from troupe.api.exec import ExecItem
+from troupe.api.metrics import AgentMetrics
 from troupe.api.models import GpuInfo, ImageInfo
 
 log = logging.getLogger(__name__)
@@ -94,7 +96,9 @@ class DockerAgent:
         saved_log_bytes: int = defaults.SAVED_LOG_BYTES,
         gpus: str = "auto",
         nvidia_smi: str | None = None,
+        metrics_interval: float = kmetrics.INTERVAL,
     ) -> None:
+        """``metrics_interval``: seconds between two samples of the kernels (0: none)."""
         self.name = name
         self.group = group
         #: Data folders live in ``<data_root>/folders/<folder id>`` (shared storage on clusters).
@@ -121,6 +125,8 @@ class DockerAgent:
         self._nvidia_smi = nvidia_smi
         self.gpus: list[GpuInfo] = []
         self.gpu_reason = ""
+        self.metrics_interval = metrics_interval
+        self._sampler: kmetrics.Sampler | None = None
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self, on_exit: ExitHandler | None = None) -> None:
@@ -150,8 +156,15 @@ class DockerAgent:
         if on_exit is not None:
             self._exits = ExitWatcher(docker, on_exit, self._removing.__contains__)
             self._exits.start()
+        if self.metrics_interval > 0:
+            self._sampler = kmetrics.Sampler(
+                docker, self.metrics_interval, self.gpus, self._nvidia_smi
+            )
+            self._sampler.start()
 
     async def close(self) -> None:
+        if self._sampler:
+            await self._sampler.close()
         if self._exits:
             await self._exits.close()
         if self._docker:
@@ -192,6 +205,12 @@ class DockerAgent:
             gpus=self.gpus,
             gpu_reason=self.gpu_reason,
         )
+
+    async def metrics(self, since: float | None = None) -> AgentMetrics:
+        """The kernels' samples taken after ``since`` (epoch seconds) that are still kept."""
+        if self._sampler is None:
+            return AgentMetrics(interval=self.metrics_interval)
+        return self._sampler.since(since)
 
     @property
     def folders_root(self) -> Path:

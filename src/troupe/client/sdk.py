@@ -31,6 +31,7 @@ from troupe.client.settings import load_settings, plain_http
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from troupe.api.metrics import AgentUsage, SessionMetrics
     from troupe.api.models import (
         AgentInfo,
         FolderInfo,
@@ -387,6 +388,23 @@ class Client:
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._req("GET", "/health")
         return result
+
+    def session_metrics(self, ref: str, since: float | str | None = None) -> SessionMetrics:
+        """Each kernel's samples (after ``since``: epoch seconds or RFC 3339), or a finished
+        session's summary (docs/metrics.md)."""
+        from troupe.api.metrics import SessionMetrics
+
+        params = {"since": str(since)} if since is not None else {}
+        return _one(SessionMetrics, self._req("GET", session_path(ref, "metrics"), params=params))
+
+    def agent_metrics(self, name: str, since: float | str | None = None) -> AgentUsage:
+        """An agent's capacity and its kernels' use over time (admins)."""
+        from troupe.api.metrics import AgentUsage
+
+        params = {"since": str(since)} if since is not None else {}
+        return _one(
+            AgentUsage, self._req("GET", api_path("agents", name, "metrics"), params=params)
+        )
 
 
 def _sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:

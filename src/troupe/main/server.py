@@ -33,6 +33,16 @@ def run(
     nvidia_smi: Annotated[
         str | None, typer.Option(help="nvidia-smi the local agent asks (default: first on PATH)")
     ] = None,
+    metrics_interval: Annotated[
+        float,
+        typer.Option(
+            min=0, help="seconds between two samples of the local agent's kernels (0: none)"
+        ),
+    ] = 5.0,
+    metrics_token_file: Annotated[
+        Path | None,
+        typer.Option(help="file with the token Prometheus scrapes /metrics with (or an admin key)"),
+    ] = None,
     subnet_pool: Annotated[
         str, typer.Option(help="pool of session subnets")
     ] = defaults.SUBNET_POOL,
@@ -148,6 +158,7 @@ def run(
             quota_gpu=quota_gpu,
             quota_streams=quota_streams,
             agent_ca_file=agent_ca,
+            metrics_token_file=metrics_token_file,
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
@@ -163,6 +174,7 @@ def run(
                 saved_log_bytes=config.saved_log_bytes,
                 gpus=config.agent_gpus,
                 nvidia_smi=config.nvidia_smi,
+                metrics_interval=metrics_interval,
             )
         }
         if config.local_agent

@@ -61,6 +61,8 @@ class ServerConfig:
     quota_streams: int = defaults.QUOTA_STREAMS
     #: A followed log stream (as events) that is quiet this long sends a keep-alive comment.
     keepalive_seconds: float = defaults.KEEPALIVE_SECONDS
+    #: File holding the token Prometheus scrapes ``/metrics`` with (besides an admin's key).
+    metrics_token_file: Path | None = None
 
     def __post_init__(self) -> None:
         ipaddress.ip_network(self.subnet_pool)

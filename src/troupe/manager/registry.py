@@ -22,6 +22,7 @@ from troupe.api.models import SessionCreate
 from troupe.manager.config import ServerConfig
 from troupe.manager.events import AgentBack, AgentLost, FleetEvent, KernelExited
 from troupe.manager.fleet import Fleet, RemoteFactory
+from troupe.manager.instruments import SCHEDULER_PASS
 from troupe.manager.life import (
     Life,
     admission,
@@ -180,7 +181,8 @@ class Registry:
             self._wake.clear()
             next_pass = min(5.0, self.config.agent_timeout / 3)
             try:
-                result = await placing.place_pending(self.life)
+                with SCHEDULER_PASS.time():
+                    result = await placing.place_pending(self.life)
                 if result.next_due is not None:
                     next_pass = min(next_pass, result.next_due)
                 for sid in result.placed:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from troupe.client.cli import reach, session_exec
+from troupe.client.cli import reach, session_exec, top
 from troupe.client.cli.choices import (
     CREATE_DEFAULTS,
     RESOURCE_DEFAULTS,
@@ -412,3 +412,4 @@ def destroy(name: NameArg, json_: JsonOpt = False) -> None:
 # logs, exec, run, shell, then tunnel, ssh, ssh-config, forward, cp: after the commands above
 app.add_typer(session_exec.app)
 app.add_typer(reach.app)
+app.add_typer(top.session_app)

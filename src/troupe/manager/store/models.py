@@ -37,7 +37,17 @@ from troupe.api.lifecycle import (
 from troupe.api.models import SessionType
 from troupe.cluster.contract import ClusterMode, DistEnvMode
 
-__all__ = ["Agent", "Base", "Folder", "Kernel", "Session", "User", "WebSession", "utcnow"]
+__all__ = [
+    "Agent",
+    "Base",
+    "Folder",
+    "Kernel",
+    "Session",
+    "SessionUsage",
+    "User",
+    "WebSession",
+    "utcnow",
+]
 
 
 #: The partial index's predicate (migration 0003 writes the same text).
@@ -256,3 +266,16 @@ class Kernel(Base):
     version: Mapped[int] = mapped_column(Integer, server_default="0")
     session: Mapped[Session] = relationship(back_populates="kernels")
     __mapper_args__ = {"version_id_col": version}  # noqa: RUF012
+
+
+class SessionUsage(Base):
+    """What a finished session's kernels used (docs/metrics.md), written when it finished;
+    deleted with the session (retention)."""
+
+    __tablename__ = "session_usage"
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    #: a :class:`troupe.api.metrics.UsageSummary`
+    summary: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
