@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds troupe's kernel images offline (no registry) and caches them:
 #   troupe/base:<version>     debootstrap bookworm minbase + images/base/packages.txt
-#   troupe/pytorch:<version>  base + PyTorch CPU + numpy in /opt/venv (wheels from pip's local config)
+#   troupe/pytorch:<version>  base + PyTorch CPU, numpy, JupyterLab, TensorBoard in /opt/venv
+#                             (wheels from pip's local config; its apps are declared as labels)
 #   troupe/mpi:<version>      base + Open MPI (Debian) + mpi4py and numpy in /opt/venv (same wheels)
 # Each image is labelled troupe.recipe=<hash of its recipe files>; an image whose label
 # matches is kept as it is. The debootstrap root filesystem is cached as a tarball.
@@ -77,14 +78,19 @@ build_wheel_image() {
   mkdir -p "$ctx/wheels"
   cp "$ROOT/images/$name/Dockerfile" "$ctx/Dockerfile"
   cp "$ROOT/images/$name/requirements.txt" "$ctx/wheels/requirements.txt"
-  echo "==> downloading wheels (pip's configured index and local wheel files)"
+  # Wheels for the image's Python (Debian's, e.g. 3.11.2), not the host's: a release may need a
+  # newer patch level (Requires-Python) than the image has.
+  local pyver
+  pyver=$("$DOCKER" run --rm --network none --entrypoint python3 "troupe/base:$TROUPE_VERSION" \
+    -c 'import platform; print(platform.python_version())') || die "no python3 in troupe/base"
+  echo "==> downloading wheels for Python $pyver (pip's configured index and local wheel files)"
   "$(command -v python3.11 || command -v python3)" -m pip download -q --disable-pip-version-check \
-    --only-binary=:all: -d "$ctx/wheels" -r "$ctx/wheels/requirements.txt" 2>&1 \
+    --only-binary=:all: --python-version "$pyver" -d "$ctx/wheels" -r "$ctx/wheels/requirements.txt" 2>&1 \
     | { grep -v "^WARNING: Location" || true; } | progress
   echo "==> building $tag ($what)"
   DOCKER_BUILDKIT=1 "$DOCKER" build --progress=plain --build-arg BASE="troupe/base:$TROUPE_VERSION" \
     --build-arg RECIPE="$recipe" -t "$tag" "$ctx" 2>&1 \
-    | only '^#[0-9]+ (\[|DONE|ERROR)|error' | progress
+    | only '^#[0-9]+ (\[|DONE|ERROR)|error|ERROR:' | progress
   "$DOCKER" image inspect "$tag" >/dev/null 2>&1 || die "building $tag failed"
   "$DOCKER" tag "$tag" "troupe/$name:latest"
   echo "    $tag built in $(elapsed "$t0")"
@@ -94,7 +100,7 @@ targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(base pytorch mpi)
 for t in "${targets[@]}"; do
   case "$t" in
     base) build_base ;;
-    pytorch) build_base; build_wheel_image pytorch "$PYTORCH_RECIPE" "installs PyTorch into /opt/venv" ;;
+    pytorch) build_base; build_wheel_image pytorch "$PYTORCH_RECIPE" "installs PyTorch, JupyterLab and TensorBoard into /opt/venv" ;;
     mpi) build_base; build_wheel_image mpi "$MPI_RECIPE" "Open MPI with apt, mpi4py into /opt/venv" ;;
     *) die "unknown image $t (known: base pytorch mpi)" ;;
   esac
