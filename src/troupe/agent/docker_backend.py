@@ -98,7 +98,6 @@ class DockerAgent:
         nvidia_smi: str | None = None,
         metrics_interval: float = kmetrics.INTERVAL,
     ) -> None:
-        """``metrics_interval``: seconds between two samples of the kernels (0: none)."""
         self.name = name
         self.group = group
         #: Data folders live in ``<data_root>/folders/<folder id>`` (shared storage on clusters).
@@ -125,7 +124,7 @@ class DockerAgent:
         self._nvidia_smi = nvidia_smi
         self.gpus: list[GpuInfo] = []
         self.gpu_reason = ""
-        self.metrics_interval = metrics_interval
+        self.metrics_interval = metrics_interval  # seconds between two samples (0: none)
         self._sampler: kmetrics.Sampler | None = None
 
     # -- lifecycle -------------------------------------------------------------
@@ -156,17 +155,13 @@ class DockerAgent:
         if on_exit is not None:
             self._exits = ExitWatcher(docker, on_exit, self._removing.__contains__)
             self._exits.start()
-        if self.metrics_interval > 0:
-            self._sampler = kmetrics.Sampler(
-                docker, self.metrics_interval, self.gpus, self._nvidia_smi
-            )
-            self._sampler.start()
+        self._sampler = kmetrics.Sampler(docker, self.metrics_interval, self.gpus, self._nvidia_smi)
+        self._sampler.start()  # (samples nothing with an interval of 0)
 
     async def close(self) -> None:
-        if self._sampler:
-            await self._sampler.close()
-        if self._exits:
-            await self._exits.close()
+        for task in (self._sampler, self._exits):
+            if task:
+                await task.close()
         if self._docker:
             await self._docker.close()
 
@@ -208,9 +203,8 @@ class DockerAgent:
 
     async def metrics(self, since: float | None = None) -> AgentMetrics:
         """The kernels' samples taken after ``since`` (epoch seconds) that are still kept."""
-        if self._sampler is None:
-            return AgentMetrics(interval=self.metrics_interval)
-        return self._sampler.since(since)
+        s = self._sampler
+        return s.since(since) if s else AgentMetrics(interval=self.metrics_interval)
 
     @property
     def folders_root(self) -> Path:
@@ -398,8 +392,7 @@ class DockerAgent:
         return list(raw)
 
     # -- logs, exec and terminals ---------------------------------------------------
-    # Each names a container: only this engine's troupe kernels (:mod:`.ownership`), and
-    # commands run as ``work`` or ``root`` only (:func:`.ownership.check_user`).
+    # Each names a container: troupe kernels only, as work or root (:mod:`.ownership`).
     async def open_logs(self, container_id: str, follow: bool = False) -> AsyncIterator[str]:
         """:meth:`logs`, but an unknown container raises :class:`NotFound` here, before any
         line (so the HTTP face can still answer 404)."""

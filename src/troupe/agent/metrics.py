@@ -143,12 +143,14 @@ class Sampler:
         self.nvidia_smi = nvidia_smi
         self.mounts = mounts
         self.tracked: dict[str, Tracked] = {}
-        self.rounds: deque[Round] = deque(maxlen=max(2, math.ceil(KEEP_SECONDS / interval)))
+        keep = math.ceil(KEEP_SECONDS / interval) if interval > 0 else 0
+        self.rounds: deque[Round] = deque(maxlen=max(2, keep))
         self._task: asyncio.Task[None] | None = None
         self._gpu_reason = ""
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="metrics-sampler")
+        if self.interval > 0:  # 0: sampling is off
+            self._task = asyncio.create_task(self._run(), name="metrics-sampler")
 
     async def close(self) -> None:
         if self._task is not None:
