@@ -236,7 +236,9 @@ class Client:
         """The lines (without newline), ``[host]``-prefixed unless ``container`` is given.
 
         A follow reads server-sent events: the server keeps a quiet stream alive, and a
-        dropped connection is resumed where it stopped (a few tries), without repeats.
+        dropped connection is resumed where it stopped (a few tries): the last event's id,
+        sent back as ``Last-Event-ID``, holds every kernel's position, so nothing is repeated
+        or lost (docs/reliability.md, N7).
         """
         params: dict[str, Any] = {"follow": follow}
         if container:
@@ -251,24 +253,24 @@ class Client:
             except httpx.TransportError as e:
                 self._unreachable(e)
             return
-        since, tries = "", 0
+        last_id, tries = "", 0
         while True:
             try:
                 with self._http.stream(
                     "GET",
                     session_path(ref, "logs"),
-                    params={**params, "since": since},
-                    headers={"Accept": "text/event-stream"},
+                    params=params,
+                    headers={"Accept": "text/event-stream", "Last-Event-ID": last_id},
                     timeout=httpx.Timeout(10, read=None),
                 ) as resp:
                     _raise_for(resp)
-                    for event, data in _sse(resp.iter_lines()):
+                    for event, data, event_id in _sse(resp.iter_lines()):
                         tries = 0
                         if event == "end":
                             if data.get("error"):
                                 yield f"troupe: logs ended: {data['error']}"
                             return
-                        since = data.get("ts") or since
+                        last_id = event_id or last_id
                         text = data.get("text", "")
                         yield text if container else f"[{data.get('kernel')}] {text}"
                 return  # ended without an end event: the server went away cleanly
@@ -407,15 +409,17 @@ class Client:
         )
 
 
-def _sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(event name, JSON data) of each server-sent event; comments are skipped."""
-    event, data = "message", ""
+def _sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any], str]]:
+    """(event name, JSON data, id) of each server-sent event; comments are skipped."""
+    event, data, event_id = "message", "", ""
     for line in lines:
         if not line:
             if data:
-                yield event, json.loads(data)
-            event, data = "message", ""
+                yield event, json.loads(data), event_id
+            event, data, event_id = "message", "", ""
         elif line.startswith("event:"):
             event = line[6:].strip()
+        elif line.startswith("id:"):
+            event_id = line[3:].strip()
         elif line.startswith("data:"):
             data += line[5:].strip()
