@@ -231,6 +231,13 @@ class DockerAgent:
             return False
         return True
 
+    async def image_labels(self, name: str) -> dict[str, str]:
+        """The labels of image ``name`` (apps it declares: :mod:`troupe.api.apps`)."""
+        with step(f"inspecting image {name}"):
+            info = await self.docker.images.inspect(name)
+        labels = (info.get("Config") or {}).get("Labels") or {}
+        return {str(k): str(v) for k, v in labels.items()}
+
     # -- networks --------------------------------------------------------------
     async def create_network(self, spec: NetworkSpec) -> None:
         await networks.create_network(self.docker, spec)

@@ -29,6 +29,7 @@ from troupe.client.settings import load_settings, plain_http
 if TYPE_CHECKING:
     from troupe.api.models import (
         AgentInfo,
+        AppInfo,
         FolderInfo,
         ImageInfo,
         SessionCreate,
@@ -324,6 +325,21 @@ class Client:
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._req("GET", "/health")
         return result
+
+    # apps in main1 (docs/apps.md)
+    def list_apps(self, ref: str) -> list[AppInfo]:
+        """The apps main1's image declares, with their state and origin."""
+        from troupe.api.models import AppInfo
+
+        return [AppInfo.model_validate(x) for x in self._req("GET", f"/sessions/{ref}/apps")]
+
+    def open_app(self, ref: str, app: str | int) -> AppInfo:
+        """Starts app ``app`` (a declared name or a port number) if needed and waits until it
+        answers (up to a minute): the app with a one-time link into it in ``url``."""
+        from troupe.api.models import AppInfo
+
+        path = f"/sessions/{ref}/apps/{quote(str(app), safe='')}"
+        return AppInfo.model_validate(self._req("POST", path, timeout=120))
 
 
 def _sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
