@@ -78,10 +78,10 @@ report() {
 # stop NAME: ends the app's process group (TERM, then KILL after 2 s).
 stop() {
   alive "$1" || return 0
-  kill -TERM -- "-$_pid" 2>/dev/null || kill -TERM "$_pid" 2>/dev/null
+  kill -s TERM -- "-$_pid" 2>/dev/null || kill -s TERM "$_pid" 2>/dev/null
   _i=0
   while [ "$_i" -lt 20 ] && alive "$1"; do sleep 0.1; _i=$((_i + 1)); done
-  kill -KILL -- "-$_pid" 2>/dev/null || kill -KILL "$_pid" 2>/dev/null
+  kill -s KILL -- "-$_pid" 2>/dev/null || kill -s KILL "$_pid" 2>/dev/null
 }
 
 cmd=${1-}
