@@ -6,13 +6,14 @@ one's log lines; JupyterLab of ``troupe/pytorch`` when the image declares it."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import BASE_IMAGE, TORCH_IMAGE, Server, docker
+from tests.conftest import BASE_IMAGE, DOCKER, TORCH_IMAGE, Server, docker
 from troupe.api.errors import Conflict, Invalid, NotRunning
 from troupe.api.models import Resources, SessionCreate
 from troupe.client.sdk import Client
@@ -41,10 +42,8 @@ def apps_image() -> Iterator[str]:
         "troupe.app.bad.command": "echo 'bad: no such module'; exit 3",
     }
     lines = [f"FROM {BASE_IMAGE}", *(f"LABEL {k}={json.dumps(v)}" for k, v in labels.items())]
-    import subprocess
-
     subprocess.run(
-        ["docker", "build", "-q", "-t", tag, "-"],
+        [DOCKER, "build", "-q", "-t", tag, "-"],
         input="\n".join(lines) + "\n",
         text=True,
         capture_output=True,
