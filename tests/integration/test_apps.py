@@ -10,13 +10,19 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import BASE_IMAGE, DOCKER, TORCH_IMAGE, Server, docker
-from troupe.api.errors import Conflict, Invalid, NotRunning
+from troupe.agent.app import create_agent_app
+from troupe.agent.docker_backend import DockerAgent
+from troupe.api.agent import AGENT_PREFIX
+from troupe.api.errors import AgentFailed, Conflict, Invalid, NotRunning
 from troupe.api.models import Resources, SessionCreate
 from troupe.client.sdk import Client
+from troupe.manager.remote_agent import RemoteAgent
 
 pytestmark = pytest.mark.docker
 SMALL = Resources(cpu=0.25, mem=256 * 1024**2)
@@ -143,6 +149,31 @@ def test_declared_apps_start_on_demand_with_the_sessions_environment(
         assert "bad: no such module" in listed["bad"].log_tail
     finally:
         c.destroy_session(name)
+
+
+async def test_agents_answer_an_images_labels(
+    tmp_path: Path, docker_engine: None, apps_image: str
+) -> None:
+    """The agent's own call, in process and over its HTTP API as the manager makes it."""
+    a = DockerAgent("test-labels", data_root=tmp_path / "root")
+    await a.start()
+    remote = RemoteAgent("test-labels", "http://agent.test", "tok")
+    remote._http = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_agent_app(a, "tok")),
+        base_url="http://agent.test" + AGENT_PREFIX,
+        headers={"Authorization": "Bearer tok"},
+    )
+    try:
+        for agent in (a, remote):
+            labels = await agent.image_labels(apps_image)
+            assert labels["ai.backend.service-ports"] == "web:http:8080,bad:http:8081"
+            assert labels["troupe.app.web.command"] == WEB
+            assert "ai.backend.service-ports" not in await agent.image_labels(BASE_IMAGE)
+        with pytest.raises(AgentFailed):
+            await remote.image_labels("troupe/no-such-image:1")
+    finally:
+        await remote.close()
+        await a.close()
 
 
 def test_jupyterlab_of_the_pytorch_image(server: Server) -> None:
