@@ -1,55 +1,87 @@
-"""The apps an image declares in its labels (docs/contract.md, "Apps"), as plain data.
+"""The apps an image declares in its labels (docs/contract.md, "Apps").
 
-``ai.backend.service-ports`` lists them in Backend.AI's format ``name:protocol:port[,...]``;
-``troupe.app.<name>.command`` says how to start one (a ``/bin/sh -c`` command line). Pure:
-the manager reads the labels through the agent and turns a ``ValueError`` into a domain error.
+``ai.backend.service-ports`` is Backend.AI's list ``name:protocol:port[,...]``, so images made
+for Backend.AI keep their declarations; troupe adds ``troupe.app.<name>.command``, the command
+line that starts an app. Pure (no engine, no I/O), so every side reads labels the same way.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import NamedTuple
+from dataclasses import dataclass
 
-#: The label listing an image's apps.
-SERVICE_PORTS = "ai.backend.service-ports"
-#: ``troupe.app.<name>.command``: how to start app ``name``.
-COMMAND_LABEL = "troupe.app.{name}.command"
-#: An app's name: also a file name in the kernel (its log), so no ``/`` and no leading dot.
-APP_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,62}\Z")
+SERVICE_PORTS_LABEL = "ai.backend.service-ports"
+MIN_PORT, MAX_PORT = 1, 65535
+
+_NAME = re.compile(r"[a-z][a-z0-9-]*")
+_PROTOCOL = re.compile(r"[a-z][a-z0-9]*")
+_PORT = re.compile(r"[0-9]{1,5}")
 
 
-class AppDecl(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class AppDecl:
+    """One declared app. ``command`` is None when the image gives none: the app can still be
+    opened once the user starts it on its port."""
+
     name: str
     protocol: str
     port: int
     command: str | None
 
 
-def parse_service_ports(labels: Mapping[str, str]) -> list[AppDecl]:
-    """The apps ``labels`` declare, in their order; [] without the label.
+def command_label(name: str) -> str:
+    """The label holding app ``name``'s start command."""
+    return f"troupe.app.{name}.command"
 
-    Raises ``ValueError`` naming the label and the entry at fault."""
-    text = labels.get(SERVICE_PORTS, "").strip()
-    if not text:
+
+def parse_service_ports(labels: Mapping[str, str]) -> list[AppDecl]:
+    """The apps in an image's ``labels``, in declared order; none without the label (or with
+    it empty). A malformed label raises ValueError saying what is wrong. A command label for
+    an app the list does not name is ignored: an image built FROM another inherits its labels
+    and may declare fewer apps."""
+    raw = labels.get(SERVICE_PORTS_LABEL, "")
+    if not raw.strip():
         return []
+    if "[" in raw:  # Backend.AI's name:protocol:[port,port] for an app with several ports
+        raise ValueError(
+            f"{SERVICE_PORTS_LABEL}: port lists ([...]) are not supported: one port per app"
+        )
     apps: list[AppDecl] = []
-    for entry in text.split(","):
-        parts = entry.strip().split(":")
-        if len(parts) != 3:
-            raise ValueError(f"{SERVICE_PORTS}: {entry.strip()!r} is not name:protocol:port")
-        name, protocol, port = (p.strip() for p in parts)
-        if not APP_NAME.match(name):
-            raise ValueError(
-                f"{SERVICE_PORTS}: app name {name!r} must be a letter, then letters, digits,"
-                " _ or - (at most 63)"
-            )
-        if not (port.isdigit() and 1 <= int(port) <= 65535):
-            raise ValueError(f"{SERVICE_PORTS}: port {port!r} of {name!r} is not 1-65535")
-        if not protocol:
-            raise ValueError(f"{SERVICE_PORTS}: {name!r} names no protocol")
-        if any(a.name == name for a in apps) or any(a.port == int(port) for a in apps):
-            raise ValueError(f"{SERVICE_PORTS}: {name!r} or its port {port} is declared twice")
-        command = labels.get(COMMAND_LABEL.format(name=name), "").strip() or None
-        apps.append(AppDecl(name, protocol.lower(), int(port), command))
+    names: set[str] = set()
+    ports: dict[int, str] = {}
+    for entry in raw.split(","):
+        name, protocol, port = _entry(entry.strip())
+        if name in names:
+            raise ValueError(f"{SERVICE_PORTS_LABEL}: app {name!r} is declared twice")
+        if port in ports:
+            twice = f"({ports[port]!r} and {name!r})"
+            raise ValueError(f"{SERVICE_PORTS_LABEL}: port {port} is declared twice {twice}")
+        names.add(name)
+        ports[port] = name
+        command = labels.get(command_label(name), "").strip() or None
+        apps.append(AppDecl(name=name, protocol=protocol, port=port, command=command))
     return apps
+
+
+def _entry(entry: str) -> tuple[str, str, int]:
+    parts = entry.split(":")
+    if len(parts) != 3:
+        raise ValueError(f"{SERVICE_PORTS_LABEL}: {entry!r} is not name:protocol:port")
+    name, protocol, port = parts
+    if not _NAME.fullmatch(name):
+        raise ValueError(
+            f"{SERVICE_PORTS_LABEL}: app name {name!r} must be a lowercase letter followed by "
+            "lowercase letters, digits and '-'"
+        )
+    if not _PROTOCOL.fullmatch(protocol):
+        raise ValueError(
+            f"{SERVICE_PORTS_LABEL}: protocol {protocol!r} of app {name!r} must be a lowercase "
+            "word such as http"
+        )
+    if not _PORT.fullmatch(port) or not MIN_PORT <= int(port) <= MAX_PORT:
+        raise ValueError(
+            f"{SERVICE_PORTS_LABEL}: port {port!r} of app {name!r} is not a number in "
+            f"{MIN_PORT}-{MAX_PORT}"
+        )
+    return name, protocol, int(port)
