@@ -97,6 +97,14 @@ def test_any_port_of_a_base_session(server: Server) -> None:
                 time.sleep(0.3)
         assert (a.name, a.port, a.state) == ("9000", 9000, "running")
         assert a.url and "_troupe/enter" in a.url
+        # the command line: no apps listed, the link printed
+        r = server.cli("session", "apps", name)
+        assert r.returncode == 0 and "declares no apps" in r.stderr, r.stderr
+        r = server.cli("session", "open", name, "9000", "--no-browser")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("http://9000-") and "_troupe/enter" in r.stdout
+        r = server.cli("session", "open", name, "70000")
+        assert r.returncode == 1 and "1-65535" in r.stderr
         with pytest.raises(Invalid):
             c.open_app(name, 0)
     finally:
