@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from tests.conftest import ROOT, Server, free_port
 
+pytestmark = pytest.mark.docker
+
 BASE = "troupe/base:0.1.0"
 SMALL = ["--cpu", "0.25", "--mem", "256m"]
 

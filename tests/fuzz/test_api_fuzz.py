@@ -13,8 +13,10 @@ manager. Every operation of the document the app serves at ``/openapi.json`` is 
   agent's credential (heartbeats, exit reports).
 
 Checks on every response: no 5xx, no stack trace in the body, every rejection (4xx) in the one
-error shape ``{"error": {"code": str, "message": str, "field": str|null}}``; without a key, no
-2xx but the health check; and after every accepted change the listings still answer.
+error shape ``{"error": {"code": str, "message": str, "field": str|null}}``; the document's
+word kept (status documented for the operation, media type, body matching its schema: errors
+included, see :mod:`troupe.manager.openapi`); without a key, no 2xx but the health check; and
+after every accepted change the listings still answer.
 
 Bounded and deterministic: a fixed seed, derandomized generation, no example database, a few
 examples per operation (plus Schemathesis' coverage cases). Long requests are kept short:
@@ -44,6 +46,12 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.core.transport import Response
 from schemathesis.generation import GenerationMode
 from schemathesis.python import asgi
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from tests.inprocess.conftest import IMAGE, Harness
 from troupe.manager.app import create_app
@@ -232,7 +240,18 @@ def not_accepted_without_key(ctx: CheckContext, response: Response, case: Case) 
         assert not 200 <= response.status_code < 300, "answered without a key"
 
 
-CHECKS = [not_a_server_error, no_stack_trace, error_shape]
+#: Besides ours, Schemathesis' conformance checks: every answer's status is one the document
+#: lists for the operation, its media type and its body (errors too: troupe's error model)
+#: are the ones the document gives for that status.
+CHECKS = [
+    not_a_server_error,
+    no_stack_trace,
+    error_shape,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
 
 
 # -- shaping and sending cases --------------------------------------------------------------

@@ -22,6 +22,7 @@ from troupe.api.agent import (
 )
 from troupe.api.errors import AgentFailed, NotFound, TroupeError
 from troupe.api.exec import ExecExit, ExecItem, ExecOutput
+from troupe.api.metrics import AgentMetrics, HostSample, KernelSample, KernelSamples
 from troupe.api.models import GpuInfo, ImageInfo
 from troupe.api.pipe import RUNNER_DIR
 
@@ -192,6 +193,9 @@ class FakeAgent:
         self.labels: dict[str, dict[str, str]] = {}
         #: the apps of main1 (exec of the runner's app.sh)
         self.apps = FakeApps()
+        #: samples :meth:`metrics` answers: (session id, hostname) -> samples (:meth:`sample`)
+        self.samples: dict[tuple[str, str], list[KernelSample]] = {}
+        self.metrics_interval = 5.0
 
     async def _step(self, key: str) -> None:
         self.calls.append(key)
@@ -305,6 +309,25 @@ class FakeAgent:
         await self._step("list_networks")
         return {n.session_id for n in self.networks.values()}
 
+    async def metrics(self, since: float | None = None) -> AgentMetrics:
+        await self._step("metrics")
+        kernels, host = [], {}
+        for (sid, hostname), samples in self.samples.items():
+            new = [s for s in samples if since is None or s.t > since]
+            if new:
+                kernels.append(KernelSamples(session_id=sid, hostname=hostname, samples=new))
+            for s in new:
+                h = host.setdefault(s.t, HostSample(t=s.t))
+                h.cpu_cores += s.cpu_cores
+                h.mem_bytes += s.mem_bytes
+                h.kernels += 1
+                h.gpus += s.gpus
+        return AgentMetrics(
+            interval=self.metrics_interval,
+            kernels=kernels,
+            host=[host[t] for t in sorted(host)],
+        )
+
     async def logs(self, container_id: str, follow: bool = False) -> AsyncIterator[str]:
         c = self.containers.get(container_id)
         if c is None:
@@ -375,3 +398,15 @@ class FakeAgent:
                 last_logs=[f"{hostname} says goodbye"],
             )
         )
+
+    def sample(self, session_id: str, hostname: str, **fields: object) -> KernelSample:
+        """Adds a sample of a kernel (``t``: now unless given; the other figures: 0 unless
+        given) for :meth:`metrics` to answer."""
+        base: dict[str, object] = {
+            "t": datetime.now(UTC).timestamp(),
+            "cpu_cores": 0.0,
+            "mem_bytes": 0,
+        }
+        s = KernelSample.model_validate({**base, **fields})
+        self.samples.setdefault((session_id, hostname), []).append(s)
+        return s

@@ -15,7 +15,8 @@ from tests.inprocess.helpers import running
 from troupe.api import edge
 from troupe.api import errors as E
 from troupe.api.models import SessionCreate
-from troupe.client.sdk import Client
+from troupe.api.users import Limits, LimitsUpdate, UserDetail, UserListed
+from troupe.client.sdk import Client, UnexpectedAnswer
 
 # -- from_wire ----------------------------------------------------------------------------
 
@@ -116,8 +117,12 @@ class Bridge:
         self.client = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=h.app), base_url="http://troupe.test"
         )
+        #: each request that reached the app: method and the path as sent
+        self.seen: list[tuple[str, str]] = []
 
     def handle(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append((request.method, request.url.raw_path.decode()))
+
         async def send() -> httpx.Response:
             r = await self.client.request(
                 request.method, str(request.url), headers=request.headers, content=request.read()
@@ -216,3 +221,110 @@ def test_sdk_unreachable_server() -> None:
     with Client("http://127.0.0.1:9", "k", timeout=2) as sdk, pytest.raises(E.Unreachable) as info:
         sdk.health()
     assert info.value.status == 0 and "cannot reach" in info.value.message
+
+
+# -- session references in URL paths (finding N4, docs/reliability.md) ---------------------
+
+#: References no session can have: each would have left its segment of the URL (another
+#: route, a query, a fragment, an escape) or been resolved away by the HTTP client.
+BAD_REFS = ["../folders/tmpf", "m?x=1", "a#b", "50%", "%2E%2E", "..", ".", "a/b", "", "a b"]
+
+
+def ref_calls(sdk: Client) -> dict[str, Any]:
+    """Every SDK method that takes a session reference, as a call of that reference."""
+    return {
+        "get_session": sdk.get_session,
+        "session_ssh": sdk.session_ssh,
+        "wait_session": lambda ref: sdk.wait_session(ref, timeout=0.1),
+        "destroy_session": sdk.destroy_session,
+        "logs": lambda ref: list(sdk.logs(ref)),
+        "logs_follow": lambda ref: list(sdk.logs(ref, follow=True)),
+        "exec_stream": lambda ref: list(sdk.exec_stream(ref, ["true"])),
+        "exec": lambda ref: sdk.exec(ref, ["true"]),
+    }
+
+
+async def test_references_that_leave_their_segment_are_refused_before_sending(
+    manager: Harness, bridge: Bridge
+) -> None:
+    """``destroy ../folders/tmpf`` once deleted the folder; now no request is made at all."""
+    sdk = bridge.sdk(admin_key(manager))
+    assert (await manager.client.post("/folders", json={"name": "tmpf"})).status_code == 201
+
+    def calls() -> list[tuple[str, str, E.TroupeError | None]]:
+        out = []
+        for method, call in ref_calls(sdk).items():
+            for ref in BAD_REFS:
+                try:
+                    call(ref)
+                except E.TroupeError as e:
+                    out.append((method, ref, e))
+                else:
+                    out.append((method, ref, None))
+        return out
+
+    for method, ref, err in await asyncio.to_thread(calls):
+        assert type(err) is E.Invalid, (method, ref, err)
+        assert err.field == "session" and "is not a session name or id" in err.message
+    assert bridge.seen == []
+    folders = await manager.client.get("/folders")
+    assert [f["name"] for f in folders.json()] == ["tmpf"]
+
+
+async def test_valid_references_reach_their_own_route(manager: Harness, bridge: Bridge) -> None:
+    """A name with every character a name may have, and an id, each one escaped segment."""
+    sdk = bridge.sdk(admin_key(manager))
+    s = await running(manager, "a.b-c_1")
+
+    def calls() -> None:
+        assert sdk.get_session("a.b-c_1").id == s["id"]
+        assert sdk.get_session(s["id"]).name == "a.b-c_1"
+        assert sdk.exec(s["id"], ["echo", "hi"])[0] == 0  # the fake agent says hello
+        assert sdk.wait_session("a.b-c_1", timeout=0.1).status == "RUNNING"
+        with pytest.raises(E.NotFound):
+            sdk.get_session("a..b")  # a valid name: asked for, and not found
+
+    await asyncio.to_thread(calls)
+    assert bridge.seen[:3] == [
+        ("GET", "/v1/sessions/a.b-c_1"),
+        ("GET", f"/v1/sessions/{s['id']}"),
+        ("POST", f"/v1/sessions/{s['id']}/exec"),
+    ]
+    assert bridge.seen[-1] == ("GET", "/v1/sessions/a..b")
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (httpx.Response(200, json={"error": "x"}), "not a SessionInfo"),
+        (httpx.Response(200, text="<html>a proxy</html>"), "not JSON"),
+        (httpx.Response(200, json={"sessions": []}), "not a list of sessions"),
+    ],
+)
+def test_an_answer_the_sdk_cannot_read_is_a_domain_error(answer: httpx.Response, said: str) -> None:
+    """What is at the URL is not troupe (or not this version): one error, not a pydantic or
+    JSON traceback (the CLI prints it as one line)."""
+    sdk = Client("http://troupe.test", "k")
+    sdk._http = httpx.Client(base_url="http://troupe.test/v1", transport=httpx.MockTransport(
+        lambda request: answer))  # fmt: skip
+    call = sdk.list_sessions if "list" in said else lambda: sdk.get_session("s1")
+    with pytest.raises(UnexpectedAnswer) as info:
+        call()
+    assert said in info.value.message and "\n" not in info.value.message
+
+
+async def test_user_limits_come_back_typed(manager: Harness, bridge: Bridge) -> None:
+    """One ``Limits`` shape, the wire model of troupe.api.models, sent and read by the SDK."""
+    sdk = bridge.sdk(admin_key(manager))
+
+    def calls() -> tuple[UserDetail, UserDetail, list[UserListed]]:
+        sdk.create_user("carol")
+        set_ = sdk.set_user_limits("carol", LimitsUpdate(mem="2g", groups=["default"], gpu=None))
+        return set_, sdk.get_user("carol"), sdk.list_users()
+
+    set_, got, listed = await asyncio.to_thread(calls)
+    assert isinstance(set_.limits, Limits) and set_ == got
+    assert got.limits.mem == 2 * 1024**3 and got.limits.groups == ["default"]
+    assert got.overrides == {"mem": 2 * 1024**3, "groups": ["default"]}
+    assert got.usage.sessions == 0 and not got.revoked
+    assert {u.name for u in listed} == {"admin", "carol"}

@@ -15,17 +15,20 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, select
+from sqlalchemy import Select, create_engine, event, select
 from sqlalchemy.dialects import sqlite
 
 from tests.inprocess.conftest import Harness
 from tests.inprocess.test_hardening_users import new_user
 from tests.inprocess.test_sdk_errors import Bridge, admin_key
-from troupe.manager.routes.sessions import LIST_LIMIT, lookup_query
+from troupe.manager.reads.sessions import list_query, lookup_query
+from troupe.manager.routes.sessions import LIST_LIMIT
 from troupe.manager.store.db import alembic_config
 from troupe.manager.store.models import Base, Kernel, Session, User
 
-T0 = datetime(2020, 1, 1, tzinfo=UTC)
+#: Finished sessions start a day back: well inside the retention (30 days), so the sweep at the
+#: manager's start never deletes them under a test.
+T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
 
 
 async def store_finished(h: Harness, owner: str, n: int, same_time: int = 0) -> list[str]:
@@ -170,6 +173,48 @@ async def test_a_users_lookup_by_name_is_an_index_search(manager: Harness) -> No
     assert any("ix_sessions_owner_name (owner_id=? AND name=?)" in p for p in searches), plan
     assert not any(p.startswith("SCAN sessions") for p in plan), plan
     await bob.aclose()
+
+
+async def plan_of(h: Harness, q: Select[Any], params: dict[str, Any]) -> list[str]:
+    """SQLite's plan for ``q`` as it is run (the SQL and values the driver gets)."""
+    assert h.app is not None
+    async with h.app.state.db() as db:
+        conn = await db.connection()
+        sent: list[tuple[str, Any]] = []
+
+        def grab(*args: Any) -> None:
+            sent.append((args[2], args[3]))
+
+        event.listen(conn.sync_connection, "before_cursor_execute", grab)
+        await conn.execute(q, params)
+        event.remove(conn.sync_connection, "before_cursor_execute", grab)
+        plan = await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sent[0][0]}", tuple(sent[0][1]))
+        return [row[-1] for row in plan]
+
+
+async def test_pages_of_the_list_and_the_lookup_by_id_are_index_searches(manager: Harness) -> None:
+    """Pages of the API's and the web's list each walk their index (the active one through
+    the partial index), and a look-up by id searches the primary key, for admins too."""
+    await new_user(manager, "bob")
+    ids = await store_finished(manager, "bob", 20)
+    assert manager.app is not None
+    async with manager.app.state.db() as db:
+        bob = (await db.execute(select(User).where(User.name == "bob"))).scalar_one()
+        admin = (await db.execute(select(User).where(User.name == "admin"))).scalar_one()
+    mark = {"mark_at": T0, "mark_id": ids[5]}
+    cases = [
+        (list_query(True, "active", True), {"owner_id": bob.id, **mark}, "active_owner_created"),
+        (list_query(True, "final", False), {"owner_id": bob.id}, "owner_created"),
+        (list_query(False, "all", True), mark, "created"),
+    ]
+    for q, params, index in cases:
+        plan = await plan_of(manager, q, {"limit": 5, **params})
+        assert any(f"USING INDEX ix_sessions_{index} " in p for p in plan), plan
+        assert "USE TEMP B-TREE FOR ORDER BY" not in plan, plan  # read in the index's order
+    for user in (bob, admin):
+        plan = await plan_of(manager, lookup_query(user, ids[3]), {})
+        assert any("sqlite_autoindex_sessions_1 (id=?)" in p for p in plan), plan
+        assert not any(p.startswith("SCAN sessions") for p in plan), plan
 
 
 @pytest.fixture

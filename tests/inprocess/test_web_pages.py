@@ -4,11 +4,14 @@ answer, the live event stream and the API docs served from local files."""
 from __future__ import annotations
 
 import asyncio
+import html
 import json
+import re
 
 from tests.inprocess.asgi import AsgiHttp
 from tests.inprocess.conftest import Harness
 from tests.inprocess.helpers import ORIGIN, signed_in, web_client
+from tests.inprocess.test_session_list import store_finished
 from troupe.manager.web import signin
 
 
@@ -121,3 +124,25 @@ async def test_event_stream_sends_rendered_rows(manager: Harness) -> None:
     events = [e for e in stream.body().decode().split("\n\n") if e.startswith("event: session")]
     data = json.loads(events[-1].split("data: ", 1)[1])
     assert data["id"] == s["id"] and f'id="row-{s["id"]}"' in data["html"]
+
+
+async def test_the_session_list_pages_past_its_first_200(manager: Harness) -> None:
+    """Finding N10 (docs/reliability.md): the list stopped at 200 rows without a word."""
+    stored = await store_finished(manager, "admin", 205)
+    newest_first = stored[::-1]
+    c = await signed_in(manager)
+    r = await c.get("/", params={"show": "finished"})
+    assert r.status_code == 200
+    assert re.findall(r'<tr id="row-([^"]+)"', r.text) == newest_first[:200]
+    older = re.search(r'<a href="([^"]+)" rel="next">Older sessions</a>', r.text)
+    assert older is not None and "Newest sessions" not in r.text
+    r = await c.get(html.unescape(older.group(1)))
+    assert r.status_code == 200
+    assert re.findall(r'<tr id="row-([^"]+)"', r.text) == newest_first[200:]
+    assert "Older sessions" not in r.text and '<a href="/?show=finished">Newest' in r.text
+    # the running list has none of them, and no link
+    r = await c.get("/")
+    assert "<tr id=" not in r.text and "Older sessions" not in r.text
+    # a page before a session the user does not see is not found
+    r = await c.get("/", params={"show": "finished", "before": "ghost"})
+    assert r.status_code == 404 and "text/html" in r.headers["content-type"]

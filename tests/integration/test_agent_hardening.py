@@ -1,8 +1,10 @@
 """The agent's side of the hardening audit on the real engine: bounded kernel logs (on disk and
 when saved), process and file limits, no-new-privileges, engine errors without host paths,
-mounts checked again, a private data root, and agents served over verified HTTPS.
+mounts checked again, a private data root and private folders, agents served over verified
+HTTPS, and agents that act only on troupe kernels, as work or root.
 
-Everything here is named ``test-...`` (sessions, networks, agents) and removed in ``finally``.
+Everything here is named ``test-...`` (sessions, networks, agents, the foreign container) and
+removed in ``finally``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import ssl
 import subprocess
@@ -39,8 +42,8 @@ from tests.conftest import (
 from troupe.agent.docker_backend import DockerAgent
 from troupe.agent.resources import nofile_limit
 from troupe.api import defaults
-from troupe.api.agent import KernelSpec, MountSpec, NetworkSpec
-from troupe.api.errors import AgentFailed, Invalid
+from troupe.api.agent import FileSpec, KernelSpec, MountSpec, NetworkSpec
+from troupe.api.errors import AgentFailed, Invalid, NotFound
 from troupe.manager.remote_agent import RemoteAgent, tls_context
 
 pytestmark = pytest.mark.docker
@@ -279,6 +282,33 @@ async def test_agent_makes_its_data_root_private(agent: DockerAgent) -> None:
     assert agent.folders_root.stat().st_mode & 0o777 == 0o700
 
 
+# -- N10: a folder is 0700, and the kernel's work uses it ------------------------------------
+async def test_a_mounted_folder_is_private_and_works_for_user_work(session: Session) -> None:
+    folder_id = str(uuid.uuid4())
+    mount = MountSpec(folder_id=folder_id, target="/home/work/data")
+    # what the manager's kernel.conf says of a writable mount: give it to work
+    conf = FileSpec(path="/home/config/kernel.conf", content="_troupe_chown='/home/work/data'\n")
+    old = os.umask(0)
+    try:
+        (started,) = await session.agent.create_kernels(
+            [session.spec([], mounts=[mount], files=[conf])]
+        )
+    finally:
+        os.umask(old)
+    await session.agent.wait_ready({"main1": started.container_id}, ["main1"], 60)
+    folder = session.agent.folders_root / folder_id
+    try:
+        st = folder.stat()
+        assert (st.st_mode & 0o777, st.st_uid) == (0o700, 1000)
+        code, out = await session.agent.exec_collect(
+            started.container_id, ["sh", "-c", "echo hi > data/f && cat data/f && stat -c %a data"]
+        )
+        assert (code, out.split()) == (0, ["hi", "700"]), out
+    finally:
+        await session.remove()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # -- S3 (a, b): agents over HTTPS, verified with the manager's CA file -------------------------
 @pytest.fixture
 def tls_files(tmp_path: Path) -> tuple[Path, Path]:
@@ -431,3 +461,64 @@ def test_manager_with_agent_ca_uses_an_https_agent(
             assert BASE_IMAGE in names, server.log_path.read_text()[-3000:]
     finally:
         stop_server(server)
+
+
+# -- N5: only troupe kernels, as work or root ------------------------------------------------
+@pytest.fixture
+def foreign_container() -> Iterator[str]:
+    """A container that is not troupe's (no troupe labels), removed whatever happens."""
+    name = f"test-n5-foreign-{uuid.uuid4().hex[:12]}"
+    try:
+        cid = docker("run", "-d", "--name", name, BASE_IMAGE, "sleep", "600").stdout.strip()
+        yield cid
+    finally:
+        docker("rm", "-f", name, check=False)
+
+
+async def test_agent_acts_only_on_its_kernels_and_as_work_or_root(
+    session: Session, foreign_container: str
+) -> None:
+    """Finding N5 (docs/reliability.md): with the agent token, logs, exec, pipe (tunnels, copies)
+    and terminals of a container that is not a troupe kernel, and commands as any other user."""
+    a = session.agent
+    name = inspect(foreign_container)["Name"].lstrip("/")  # type: ignore[union-attr]
+    for ref in (foreign_container, foreign_container[:12], name):
+        with pytest.raises(NotFound, match="not a troupe kernel"):
+            await a.open_logs(ref)
+        with pytest.raises(NotFound, match="not a troupe kernel"):
+            await a.open_exec(ref, ["sh", "-c", "touch /tmp/pwned"], user="root")
+        with pytest.raises(NotFound, match="not a troupe kernel"):
+            async with a.pipe(ref, ["sh", "-c", "touch /tmp/pwned"], user="root"):
+                pass
+        with pytest.raises(NotFound, match="not a troupe kernel"):
+            async with a.shell(ref, user="root"):
+                pass
+        with pytest.raises(NotFound, match="not a troupe kernel"):
+            await a.signal_go(ref)
+        code, out = await a.exec_collect(ref, ["sh", "-c", "touch /tmp/pwned"], user="root")
+        assert code == -1 and "not a troupe kernel" in out
+    assert docker("exec", foreign_container, "ls", "/tmp").stdout.split() == []  # untouched
+
+    cid = await session.start_ready()
+    for user in ("nobody", "0", "1000", "0:0", "root:root", "daemon"):
+        with pytest.raises(Invalid, match="user: must be 'work' or 'root'"):
+            await a.open_exec(cid, ["id"], user=user)
+        with pytest.raises(Invalid, match="user: must be 'work' or 'root'"):
+            async with a.pipe(cid, ["id"], user=user):
+                pass
+        with pytest.raises(Invalid, match="user: must be 'work' or 'root'"):
+            async with a.shell(cid, user=user):
+                pass
+    assert await a.exec_collect(cid, ["id", "-un"]) == (0, "work\n")
+    assert await a.exec_collect(cid, ["id", "-un"], user="root") == (0, "root\n")
+    # a kernel removed behind the agent's back is not trusted from the cache
+    docker("rm", "-f", cid)
+    with pytest.raises(NotFound):
+        await a.open_exec(cid, ["id"])
+    assert cid not in a.kernels
+
+
+async def test_troupe_images_say_they_have_sshd(agent: DockerAgent) -> None:
+    """``ImageInfo.has_sshd`` from the engine's own image list (it was always None)."""
+    infos = {i.name: i.has_sshd for i in await agent.images()}
+    assert infos[BASE_IMAGE] is True, infos

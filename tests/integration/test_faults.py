@@ -371,7 +371,8 @@ def test_out_of_memory(server: Server) -> None:
     """--mem 32m. A memory hog started by exec is the one the OOM killer picks: the exec ends
     with 137 and the kernel lives on (the session stays RUNNING). When the kernel's own
     process is killed for memory, the session fails: ``kernel ran out of memory``. A batch
-    command killed for memory ends its session as any batch end does (TERMINATED, 137)."""
+    command killed for memory ends its session as any batch end does (TERMINATED, 137), and
+    its ``status_info`` says it was the memory."""
     c = server.client()
     tight = Resources(cpu=0.25, mem=32 * 1024**2)
     name, batch = unique("oom"), unique("oom-batch")
@@ -402,7 +403,12 @@ def test_out_of_memory(server: Server) -> None:
 
     ended = c.wait_session(batch, until="final", timeout=120)
     assert (ended.status, ended.exit_code) == ("TERMINATED", 137), ended.status_info
-    assert ended.status_info == {"reason": "batch command finished", "exit_code": 137}
+    assert ended.status_info == {
+        "reason": "main1 killed: out of memory (limit 32m)",
+        "kernel": "main1",
+        "exit_code": 137,
+        "oom_killed": True,
+    }
     assert kernel(ended, "main1").oom_killed
     assert_nothing_left(ended.id)
 

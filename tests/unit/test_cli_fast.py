@@ -38,6 +38,20 @@ def test_create_defaults_are_the_models() -> None:
     assert resources.model_dump() == choices.RESOURCE_DEFAULTS
 
 
+def test_limit_keys_are_one_set() -> None:
+    """The CLI's limit names (``--reset``), the wire models and the manager's own shape."""
+    import dataclasses
+
+    from troupe.api import users
+    from troupe.client.cli.users import LIMIT_KEYS
+    from troupe.manager import quotas
+
+    assert tuple(users.Limits.model_fields) == LIMIT_KEYS
+    assert tuple(users.LimitsUpdate.model_fields) == LIMIT_KEYS
+    assert tuple(f.name for f in dataclasses.fields(quotas.Limits)) == LIMIT_KEYS
+    assert set(users.Usage.model_fields) < set(LIMIT_KEYS)
+
+
 @pytest.mark.parametrize("n", [0, 1, 1023, 1024, 1536, 512 * 1024**2, 3 * 1024**3, 1024**4 + 1])
 def test_format_size_is_the_models(n: int) -> None:
     assert table.format_size(n) == models.format_size(n)

@@ -208,8 +208,8 @@ def test_list_leaves_errors_and_long_lists_to_the_full_command(
 def test_exec_streams_output_and_passes_the_exit_code(
     api: type[Api], capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:
-    api.answer[("POST", "/v1/sessions/s%201/exec")] = (200, {}, frames(b"a\x00", b"b\n", 7))
-    assert fastpath.run(["session", "exec", "-k", "sub1", "s 1", "--", "sh", "-c", "x"]) == 7
+    api.answer[("POST", "/v1/sessions/s.1/exec")] = (200, {}, frames(b"a\x00", b"b\n", 7))
+    assert fastpath.run(["session", "exec", "-k", "sub1", "s.1", "--", "sh", "-c", "x"]) == 7
     assert capsysbinary.readouterr().out == b"a\x00b\n"
     _, _, headers, body = api.seen[0]
     assert json.loads(body) == {"command": ["sh", "-c", "x"], "kernel": "sub1", "user": "work"}
@@ -234,6 +234,13 @@ def test_exec_leaves_refusals_to_the_full_command(
     """Before the answer's status nothing ran, so the full command may ask again."""
     assert fastpath.run(["session", "exec", "nosuch", "--", "true"]) is None  # 404
     assert capsysbinary.readouterr().out == b""
+
+
+@pytest.mark.parametrize("name", ["s 1", "../folders/f", "m?x=1", "a#b", "50%", "..", "."])
+def test_exec_leaves_names_no_session_has_to_the_full_command(api: type[Api], name: str) -> None:
+    """The full command refuses them in one line (finding N4); nothing is sent from here."""
+    assert fastpath.run(["session", "exec", name, "--", "true"]) is None
+    assert api.seen == []
 
 
 def test_an_interrupt_ends_it_quietly(api: type[Api], monkeypatch: pytest.MonkeyPatch) -> None:

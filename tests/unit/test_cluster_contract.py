@@ -1,4 +1,5 @@
-"""The cluster contract of SPEC sections 5 and 6: hostnames, ranks, BACKENDAI_* env, SSH files."""
+"""The cluster contract of docs/contract.md, 'Environment in every kernel' and 'SSH between
+kernels': hostnames, ranks, BACKENDAI_* env, SSH files."""
 
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ def test_build_cluster(size: int, mode: str, dist_env: str) -> None:
 
 
 def test_example_sub2_of_four() -> None:
-    """The SPEC section 5 example: kernel sub2 of a 4-kernel session."""
+    """The example of docs/contract.md, 'Environment in every kernel': kernel sub2 of a 4-kernel
+    session."""
     sub2 = _cluster(4)[2]
     assert sub2.env["BACKENDAI_CLUSTER_SIZE"] == "4"
     assert sub2.env["BACKENDAI_CLUSTER_HOSTS"] == "main1,sub1,sub2,sub3"

@@ -1,4 +1,5 @@
-"""troupe.cluster.dist.derive_dist_env: the reference for setup_dist_environ.sh (SPEC section 5)."""
+"""troupe.cluster.dist.derive_dist_env: the reference for setup_dist_environ.sh
+(docs/contract.md, 'Environment in every kernel')."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pure scheduler: SPEC section 3, property-tested."""
+"""The pure scheduler: docs/contract.md, 'Placement', property-tested."""
 
 from __future__ import annotations
 
@@ -124,8 +124,8 @@ def test_never_overcommits_never_partial(world: tuple[list[Request], list[AgentS
 
 
 def plain_schedule(reqs: list[Request], agents: list[AgentState]) -> dict[str, list[str]]:
-    """The placement rule (SPEC section 3) written out plainly, with none of the pass's
-    shortcuts (failed shapes remembered, bisection over agents sorted by free cores)."""
+    """The placement rule (docs/contract.md, 'Placement') written out plainly, with none of the
+    pass's shortcuts (failed shapes remembered, bisection over agents sorted by free cores)."""
     free = {a.id: a for a in agents}
     out: dict[str, list[str]] = {}
     for r in sorted(reqs, key=lambda r: (-r.priority, r.order, r.session_id)):

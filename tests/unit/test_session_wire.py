@@ -1,5 +1,5 @@
 """A page of ``GET /v1/sessions`` is sent as plain data dumped with orjson
-(troupe.manager.routes.views.session_wire), not through the SessionInfo models: for any stored
+(troupe.manager.reads.wire.session_wire), not through the SessionInfo models: for any stored
 values, that JSON is the models' own (same keys, same order, same values)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from troupe.api.lifecycle import KernelStatus, SessionStatus
 from troupe.api.models import SessionInfo, SessionType
 from troupe.cluster.contract import ClusterMode, DistEnvMode
-from troupe.manager.routes.views import KERNEL_KEYS, SESSION_KEYS, session_wire
+from troupe.manager.reads.wire import KERNEL_KEYS, SESSION_KEYS, session_wire
 
 names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,20}", fullmatch=True)
 texts = st.text(max_size=12)

@@ -1,4 +1,5 @@
-"""setup_dist_environ.sh, sourced by dash and busybox sh, against troupe.cluster.dist (SPEC 5).
+"""setup_dist_environ.sh, sourced by dash and busybox sh, against troupe.cluster.dist
+(docs/contract.md, 'Environment in every kernel').
 
 Each run starts the shell with a clean environment (PATH plus the case's variables), sources the
 real script between two `set` dumps, and then lets a child process print what was exported.

@@ -31,6 +31,7 @@ from troupe.api.agent import (
     ReadyTimes,
 )
 from troupe.api.errors import TroupeError, Unauthorized
+from troupe.api.metrics import AgentMetrics
 from troupe.api.models import ImageInfo
 from troupe.api.pipe import serve_pipe
 from troupe.api.shell import serve_shell
@@ -123,6 +124,10 @@ def create_agent_app(backend: DockerAgent, token: str) -> FastAPI:
     @app.get(f"{AGENT_PREFIX}/kernels")
     async def kernels() -> list[KernelState]:
         return await backend.list_kernels()
+
+    @app.get(f"{AGENT_PREFIX}/metrics")
+    async def metrics(since: float | None = None) -> AgentMetrics:
+        return await backend.metrics(since)
 
     @app.get(f"{AGENT_PREFIX}/network-sessions")
     async def network_sessions() -> list[str]:

@@ -56,6 +56,8 @@ class AgentConfig:
     #: ``--gpus``: auto, none or indices such as 0,2; ``--nvidia-smi``: its path
     gpus: str = "auto"
     nvidia_smi: str | None = None
+    #: ``--metrics-interval``: seconds between two samples of the kernels (0: none)
+    metrics_interval: float = 5.0
 
     @property
     def tls(self) -> bool:
@@ -88,6 +90,7 @@ class AgentDaemon:
             saved_log_bytes=config.saved_log_bytes,
             gpus=config.gpus,
             nvidia_smi=config.nvidia_smi,
+            metrics_interval=config.metrics_interval,
         )
         self._http = httpx.AsyncClient(
             base_url=config.manager.rstrip("/") + "/v1", timeout=10, transport=transport

@@ -16,7 +16,6 @@ import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +25,22 @@ from aiodocker.exceptions import DockerError
 from troupe.agent import exec as execs
 from troupe.agent import gpus as gpu_discovery
 from troupe.agent import logs as klogs
+from troupe.agent import metrics as kmetrics
 from troupe.agent import networks, ready
 from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
 from troupe.agent.exec import PipeIO, ShellIO
 from troupe.agent.files import discard, kernel_files, peers_started, remove_files
+from troupe.agent.images import image_labels, list_images
 from troupe.agent.kernel import (
     KernelLimits,
     container_config,
     files_archive,
     folder_path,
+    new_folder,
     runner_dir,
 )
+from troupe.agent.ownership import Kernels, is_kernel
 from troupe.agent.resources import (
     data_marker,
     host_cpu_count,
@@ -61,8 +64,9 @@ from troupe.api.agent import (
 )
 from troupe.api.aio import gather_all
 from troupe.api.defaults import AGENT_DATA_ROOT
-from troupe.api.errors import AgentFailed
+from troupe.api.errors import AgentFailed, TroupeError
 from troupe.api.exec import ExecItem
+from troupe.api.metrics import AgentMetrics
 from troupe.api.models import GpuInfo, ImageInfo
 
 log = logging.getLogger(__name__)
@@ -92,7 +96,9 @@ class DockerAgent:
         saved_log_bytes: int = defaults.SAVED_LOG_BYTES,
         gpus: str = "auto",
         nvidia_smi: str | None = None,
+        metrics_interval: float = kmetrics.INTERVAL,
     ) -> None:
+        """``metrics_interval``: seconds between two samples of the kernels (0: none)."""
         self.name = name
         self.group = group
         #: Data folders live in ``<data_root>/folders/<folder id>`` (shared storage on clusters).
@@ -112,11 +118,15 @@ class DockerAgent:
         self._removing: set[str] = set()
         #: container id -> its readiness FIFO here, from its creation until its readiness wait
         self._events: dict[str, Path] = {}
+        #: the containers requests may name: this engine's troupe kernels (finding N5)
+        self.kernels = Kernels(lambda: self.docker)
         #: ``--gpus`` and ``--nvidia-smi``; what start() found: the GPUs offered, or why none
         self._gpu_choice = gpu_discovery.Choice.parse(gpus)
         self._nvidia_smi = nvidia_smi
         self.gpus: list[GpuInfo] = []
         self.gpu_reason = ""
+        self.metrics_interval = metrics_interval
+        self._sampler: kmetrics.Sampler | None = None
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self, on_exit: ExitHandler | None = None) -> None:
@@ -146,8 +156,15 @@ class DockerAgent:
         if on_exit is not None:
             self._exits = ExitWatcher(docker, on_exit, self._removing.__contains__)
             self._exits.start()
+        if self.metrics_interval > 0:
+            self._sampler = kmetrics.Sampler(
+                docker, self.metrics_interval, self.gpus, self._nvidia_smi
+            )
+            self._sampler.start()
 
     async def close(self) -> None:
+        if self._sampler:
+            await self._sampler.close()
         if self._exits:
             await self._exits.close()
         if self._docker:
@@ -189,6 +206,12 @@ class DockerAgent:
             gpu_reason=self.gpu_reason,
         )
 
+    async def metrics(self, since: float | None = None) -> AgentMetrics:
+        """The kernels' samples taken after ``since`` (epoch seconds) that are still kept."""
+        if self._sampler is None:
+            return AgentMetrics(interval=self.metrics_interval)
+        return self._sampler.since(since)
+
     @property
     def folders_root(self) -> Path:
         return self.data_root / "folders"
@@ -209,20 +232,7 @@ class DockerAgent:
 
     # -- images ----------------------------------------------------------------
     async def images(self) -> list[ImageInfo]:
-        with step("listing images"):
-            images = await self.docker.images.list()
-        out = [
-            ImageInfo(
-                name=tag,
-                id=img["Id"],
-                size=img.get("Size", 0),
-                created=datetime.fromtimestamp(int(img.get("Created", 0)), UTC).isoformat(),
-            )
-            for img in images
-            for tag in img.get("RepoTags") or []
-            if tag != "<none>:<none>"
-        ]
-        return sorted(out, key=lambda i: i.name)
+        return await list_images(self.docker)
 
     async def has_image(self, name: str) -> bool:
         try:
@@ -232,11 +242,7 @@ class DockerAgent:
         return True
 
     async def image_labels(self, name: str) -> dict[str, str]:
-        """The labels of image ``name`` (apps it declares: :mod:`troupe.api.apps`)."""
-        with step(f"inspecting image {name}"):
-            info = await self.docker.images.inspect(name)
-        labels = (info.get("Config") or {}).get("Labels") or {}
-        return {str(k): str(v) for k, v in labels.items()}
+        return await image_labels(self.docker, name)
 
     # -- networks --------------------------------------------------------------
     async def create_network(self, spec: NetworkSpec) -> None:
@@ -273,7 +279,7 @@ class DockerAgent:
         The archive stays until the container is removed (:meth:`remove_kernels`)."""
         folders = self.folders_root
         for m in spec.mounts:
-            (folders / m.folder_id).mkdir(parents=True, exist_ok=True)
+            new_folder(folders / m.folder_id)
             folder_path(folders, m)  # again, now that it exists
         files = kernel_files(spec) if spec.files else None
         config = container_config(
@@ -297,6 +303,7 @@ class DockerAgent:
             # (a container made before the failure goes with the rollback)
             discard(spec.container_name)
             raise
+        self.kernels.add(info["Id"])
         if files and files.events:
             self._events[info["Id"]] = files.events
         if not info["State"].get("Running"):
@@ -328,15 +335,15 @@ class DockerAgent:
         manager asks once every kernel of the session started (on every agent): this says so
         to each kernel here, which then probes its peers (:func:`peers_started`).
         """
+        containers = {h: await self.kernels.resolve(c) for h, c in containers.items()}
         fifos = [f for c in containers.values() if (f := self._events.pop(c, None))]
         with peers_started(fifos):
             return await ready.wait_ready(self.docker, containers, timeout)
 
     async def signal_go(self, container_id: str) -> None:
         """Lets a batch main1 start its command (it waits until the session is ready)."""
-        code, out = await self.exec_collect(
-            container_id, ["/bin/sh", "-c", ": > /run/troupe/go"], user="root"
-        )
+        cid = await self.kernels.resolve(container_id)  # (404 for anything else)
+        code, out = await self.exec_collect(cid, ["/bin/sh", "-c", ": > /run/troupe/go"], "root")
         if code != 0:
             raise AgentFailed(f"could not start the batch command: {out.strip()}", kernel="main1")
 
@@ -352,6 +359,7 @@ class DockerAgent:
             host = c["Labels"].get(LABEL_HOSTNAME, c["Id"][:12])
             self._removing.add(c["Id"])  # (its die event may come after the removal)
             self._events.pop(c["Id"], None)
+            self.kernels.forget(c["Id"])
             asyncio.get_running_loop().call_later(REMOVING_SECONDS, self._removing.discard, c["Id"])
             # (kernels never have a TTY: container_config sets none)
             text = await klogs.last_bytes(self.docker, c["Id"], self.saved_log_bytes, tty=False)
@@ -366,6 +374,10 @@ class DockerAgent:
 
     async def list_kernels(self) -> list[KernelState]:
         """All troupe containers on this engine (for reconciliation after restarts)."""
+        listed = await self._containers(LABEL_SESSION)
+        for c in listed:
+            if is_kernel(c["Labels"]):
+                self.kernels.add(c["Id"])
         return [
             KernelState(
                 session_id=c["Labels"][LABEL_SESSION],
@@ -375,7 +387,7 @@ class DockerAgent:
                 state=c["State"],
                 gpus=[g for g in (c["Labels"].get(LABEL_GPUS) or "").split(",") if g],
             )
-            for c in await self._containers(LABEL_SESSION)
+            for c in listed
         ]
 
     async def _containers(self, label: str) -> list[dict[str, Any]]:
@@ -389,10 +401,14 @@ class DockerAgent:
         return list(raw)
 
     # -- logs, exec and terminals ---------------------------------------------------
+    # Each names a container: only this engine's troupe kernels (:mod:`.ownership`), and
+    # commands run as ``work`` or ``root`` only (:func:`.ownership.check_user`).
     async def open_logs(self, container_id: str, follow: bool = False) -> AsyncIterator[str]:
         """:meth:`logs`, but an unknown container raises :class:`NotFound` here, before any
         line (so the HTTP face can still answer 404)."""
-        return await klogs.open_logs(self.docker, container_id, follow)
+        cid = await self.kernels.resolve(container_id)
+        with self.kernels.gone_if_unknown(cid):
+            return await klogs.open_logs(self.docker, cid, follow)
 
     async def logs(self, container_id: str, follow: bool = False) -> AsyncIterator[str]:
         """Timestamped log lines (``2026-...Z text``) of one kernel."""
@@ -404,7 +420,9 @@ class DockerAgent:
     ) -> AsyncIterator[ExecItem]:
         """:meth:`exec_stream`, but the engine's refusal (:class:`NotFound`,
         :class:`NotRunning`) is raised here, before any output."""
-        return await execs.open_exec(self.docker, container_id, command, user)
+        cid = await self.kernels.resolve(container_id)
+        with self.kernels.gone_if_unknown(cid):
+            return await execs.open_exec(self.docker, cid, command, user)
 
     async def exec_stream(
         self, container_id: str, command: list[str], user: str = "work"
@@ -417,16 +435,26 @@ class DockerAgent:
         self, container_id: str, command: list[str], user: str = "work"
     ) -> tuple[int, str]:
         """Exit code and output; ``(-1, why)`` when the command could not run at all."""
-        return await execs.exec_collect(self.docker, container_id, command, user)
+        try:
+            cid = await self.kernels.resolve(container_id)
+        except TroupeError as e:
+            return -1, e.message
+        return await execs.exec_collect(self.docker, cid, command, user)
 
-    def shell(
-        self, container_id: str, user: str = "work"
-    ) -> contextlib.AbstractAsyncContextManager[ShellIO]:
+    @contextlib.asynccontextmanager
+    async def shell(self, container_id: str, user: str = "work") -> AsyncIterator[ShellIO]:
         """An interactive login shell with a TTY (bash if the image has it, else sh)."""
-        return execs.open_shell(self.docker, container_id, user)
+        cid = await self.kernels.resolve(container_id)
+        with self.kernels.gone_if_unknown(cid):
+            async with execs.open_shell(self.docker, cid, user) as sh:
+                yield sh
 
-    def pipe(
+    @contextlib.asynccontextmanager
+    async def pipe(
         self, container_id: str, command: list[str], user: str = "work"
-    ) -> contextlib.AbstractAsyncContextManager[PipeIO]:
+    ) -> AsyncIterator[PipeIO]:
         """A command with raw stdin/stdout (no TTY): tunnels and copies."""
-        return execs.open_pipe(self.docker, container_id, command, user)
+        cid = await self.kernels.resolve(container_id)
+        with self.kernels.gone_if_unknown(cid):
+            async with execs.open_pipe(self.docker, cid, command, user) as p:
+                yield p

@@ -1,8 +1,9 @@
 """Commands in a kernel: streamed output, collected output and interactive terminals.
 
 Every command runs through the runner's ``exec.sh``, so it sees the same environment as the
-kernel's startup command and SSH logins (``BACKENDAI_*``, ``MASTER_ADDR``, ...). Creating the
-engine's exec is awaited before any output is read: an unknown or stopped container fails
+kernel's startup command and SSH logins (``BACKENDAI_*``, ``MASTER_ADDR``, ...). Every exec
+runs as ``work`` or ``root``, no one else (:func:`troupe.agent.ownership.check_user`). Creating
+the engine's exec is awaited before any output is read: an unknown or stopped container fails
 there, while the caller can still answer with an error instead of a broken stream.
 """
 
@@ -18,6 +19,7 @@ from aiodocker.stream import Stream
 
 from troupe.agent.engine import on_container, step
 from troupe.agent.kernel import RUNNER_MOUNT
+from troupe.agent.ownership import check_user
 from troupe.api.errors import TroupeError
 from troupe.api.exec import ExecExit, ExecItem, ExecOutput
 
@@ -38,6 +40,7 @@ async def open_exec(
 ) -> AsyncIterator[ExecItem]:
     """Creates the exec now (raising :class:`NotFound` / :class:`NotRunning` at once) and
     returns its stream: output chunks, then the exit code."""
+    check_user(user)
     with on_container(container_id):
         ex = await docker.containers.container(container_id).exec(
             ["/bin/sh", f"{RUNNER_MOUNT}/exec.sh", *command], user=user, workdir=_workdir(user)
@@ -135,6 +138,7 @@ async def open_pipe(
 ) -> AsyncIterator[PipeIO]:
     """A command with stdin and separate stdout/stderr, no TTY, so bytes pass unchanged (the
     tunnel's relay, ``tar`` for copies); the engine's refusal is raised on entry."""
+    check_user(user)
     with on_container(container_id):
         ex = await docker.containers.container(container_id).exec(
             command, stdin=True, tty=False, user=user, workdir=_workdir(user)
@@ -148,6 +152,7 @@ async def open_shell(
     docker: aiodocker.Docker, container_id: str, user: str = "work"
 ) -> AsyncIterator[ShellIO]:
     """An interactive login shell with a TTY; the engine's refusal is raised on entry."""
+    check_user(user)
     with on_container(container_id):
         ex = await docker.containers.container(container_id).exec(
             ["/bin/sh", f"{RUNNER_MOUNT}/exec.sh", *LOGIN_SHELL],

@@ -114,19 +114,34 @@ async def query(
 ) -> tuple[list[GpuInfo], str]:
     """Every GPU ``nvidia_smi`` (default: the first ``nvidia-smi`` on PATH) reports, or none
     and why."""
+    text, reason = await run_smi(QUERY, nvidia_smi, timeout)
+    if reason:
+        return [], reason
+    try:
+        return parse(text), ""
+    except ValueError as e:
+        path = nvidia_smi or shutil.which("nvidia-smi")
+        return [], f"{path}: output not understood: {e}"[:REASON_CHARS]
+
+
+async def run_smi(
+    args: Sequence[str], nvidia_smi: str | None = None, timeout: float = SMI_TIMEOUT
+) -> tuple[str, str]:
+    """(output, "") of ``nvidia_smi`` (default: the first ``nvidia-smi`` on PATH) asked
+    ``args``, or ("", why not): it is missing, fails or does not answer within ``timeout``."""
     path = nvidia_smi or shutil.which("nvidia-smi")
     if not path:
-        return [], "nvidia-smi not found on PATH"
+        return "", "nvidia-smi not found on PATH"
     try:
         proc = await asyncio.create_subprocess_exec(
             path,
-            *QUERY,
+            *args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
     except OSError as e:
-        return [], f"{path}: {e.strerror or e}"
+        return "", f"{path}: {e.strerror or e}"
     try:
         async with asyncio.timeout(timeout):
             out, _ = await proc.communicate()
@@ -134,15 +149,12 @@ async def query(
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await proc.wait()
-        return [], f"{path} did not answer within {timeout:g} s"
+        return "", f"{path} did not answer within {timeout:g} s"
     text = out.decode(errors="replace")
     if proc.returncode != 0:
         first = text.strip().splitlines()[0] if text.strip() else ""
-        return [], f"{path} failed (exit {proc.returncode}): {first}"[:REASON_CHARS]
-    try:
-        return parse(text), ""
-    except ValueError as e:
-        return [], f"{path}: output not understood: {e}"[:REASON_CHARS]
+        return "", f"{path} failed (exit {proc.returncode}): {first}"[:REASON_CHARS]
+    return text, ""
 
 
 async def probe_image(docker: aiodocker.Docker) -> str | None:

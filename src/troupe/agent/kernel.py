@@ -5,6 +5,7 @@ Pure functions, so the exact container contract (labels, limits, mounts, aliases
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import tarfile
@@ -86,6 +87,14 @@ def folder_path(folders_root: Path, m: MountSpec) -> Path:
     if path.parent != root:
         raise Invalid(f"folder {m.folder_id!r} lies outside the data root", field="mounts")
     return path
+
+
+def new_folder(path: Path) -> None:
+    """A data folder made here: mode 0700 whatever the umask (a kernel's entrypoint gives it to
+    the kernel's user work, uid 1000, who keeps using it); one that exists is left as it is."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(parents=True, mode=0o700)
+        path.chmod(0o700)
 
 
 def device_requests(gpu_ids: list[str]) -> list[dict[str, Any]]:

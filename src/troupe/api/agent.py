@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from troupe.api import defaults
 from troupe.api.exec import ExecItem
+from troupe.api.metrics import AgentMetrics
 from troupe.api.models import GpuId, GpuInfo, ImageInfo
 from troupe.api.pipe import Pipe
 from troupe.api.shell import Shell
@@ -175,6 +176,10 @@ class AgentBackend(Protocol):
     async def remove_kernels(self, session_id: str) -> dict[str, str]: ...
     async def list_kernels(self) -> list[KernelState]: ...
     async def list_session_ids_with_networks(self) -> set[str]: ...
+    async def metrics(self, since: float | None = None) -> AgentMetrics:
+        """Its kernels' samples taken after ``since`` (epoch seconds) that it still keeps."""
+        ...
+
     def logs(self, container_id: str, follow: bool = False) -> AsyncIterator[str]: ...
     def exec_stream(
         self, container_id: str, command: list[str], user: str = "work"

@@ -30,6 +30,10 @@ MAX_CLUSTER_SIZE = 64
 #: Hardening limits (docs/reliability.md).
 MAX_BODY_BYTES = 1024**2
 SAVED_LOG_BYTES = 8 * 1024**2
+#: All saved logs together (oldest sessions' deleted first), and the free space on the data
+#: disk below which new sessions are refused.
+SAVED_LOGS_TOTAL = 4 * 1024**3
+MIN_FREE_DISK = 1024**3
 RETENTION_DAYS = 30.0
 QUOTA_SESSIONS = 50
 QUOTA_KERNELS = 256

@@ -93,6 +93,12 @@ class TooLarge(TroupeError):
     code = "too_large"
 
 
+class InsufficientStorage(TroupeError):
+    """The server's disk is too full to take on more (a new session)."""
+
+    code = "insufficient_storage"
+
+
 class AgentFailed(TroupeError):
     """A step on an agent (or its engine) failed, or the agent cannot be reached."""
 
@@ -122,6 +128,7 @@ _BY_CODE: dict[str, type[TroupeError]] = {
         QuotaExceeded,
         TooMany,
         TooLarge,
+        InsufficientStorage,
         AgentFailed,
         Unreachable,
         Internal,

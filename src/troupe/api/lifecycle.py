@@ -5,7 +5,7 @@ Pure: no I/O, no database. :func:`transition` refuses an illegal move, stamps th
 hands a :class:`Change` to the caller's list; the manager publishes those changes once its
 transaction commits (to ``/wait``, the scheduler and live views), so a waiter never sees a
 change that was rolled back. ``docs/lifecycle.md`` renders :data:`TRANSITIONS`
-(``tests/unit/test_lifecycle.py`` keeps them equal).
+(``tests/unit/test_lifecycle_docs.py`` keeps them equal).
 """
 
 from __future__ import annotations

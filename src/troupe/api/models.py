@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from troupe.api import defaults
 from troupe.api.exec import KERNEL_PATTERN
@@ -26,6 +27,9 @@ from troupe.cluster.contract import (
 __all__ = ["AgentStatus", "ClusterMode", "DistEnvMode", "KernelStatus", "SessionStatus"]
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+#: The shape of a session's id (a UUID). No session may be named so: a reference that is some
+#: session's id always means that session (finding N3, docs/reliability.md).
+SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
@@ -190,6 +194,13 @@ class SessionCreate(Strict):
         description="the user's OpenSSH public key (one line), added to main1's authorized_keys"
         " only, for `troupe session ssh` and the like",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _not_an_id(cls, name: str) -> str:
+        if SESSION_ID.fullmatch(name):
+            raise ValueError("name: must not have the shape of a session id (a UUID)")
+        return name
 
     @field_validator("ssh_key")
     @classmethod
@@ -414,13 +425,25 @@ class AppInfo(BaseModel):
 
 
 class ErrorDetail(BaseModel):
-    """The one error shape of the manager's and the agents' APIs (see troupe.api.errors)."""
+    """What went wrong, as ``TroupeError.to_wire`` writes it and ``from_wire`` reads it
+    (:mod:`troupe.api.errors`); the edge (:mod:`troupe.api.edge`) sets the HTTP status from
+    ``code``. The one error shape of the manager's and the agents' APIs."""
 
-    code: str
-    message: str
-    field: str | None = None
-    kernel: str | None = None
+    model_config = ConfigDict(extra="forbid")
+
+    code: str = Field(
+        pattern=r"^[a-z_]+$", description="what kind of error, e.g. not_found, quota_exceeded"
+    )
+    message: str = Field(min_length=1, description="for people; starts with the field it names")
+    field: str | None = Field(description="the request field at fault, if one is")
+    kernel: str | SkipJsonSchema[None] = Field(
+        None, description="the kernel concerned (only when one is)"
+    )
 
 
 class ErrorBody(BaseModel):
+    """Every error answer (4xx, 5xx): ``{"error": {...}}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
     error: ErrorDetail

@@ -14,11 +14,10 @@ end on its own (half-close) while the output goes on:
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import TYPE_CHECKING, Any, Protocol
 
-from troupe.api.aio import until_first
+from troupe.api.bridge import bridge
 
 if TYPE_CHECKING:
     from starlette.websockets import WebSocket
@@ -49,18 +48,9 @@ def control(text: str) -> dict[str, Any]:
 async def serve_pipe(ws: WebSocket, pipe: Pipe) -> None:
     """Bridges an accepted WebSocket and a command until its output ends or the client leaves."""
 
-    async def pump_in() -> None:
-        while True:
-            msg = await ws.receive()
-            if msg["type"] == "websocket.disconnect":
-                return
-            # Input for a command that is ending may fail to arrive: that must not end the
-            # bridge before pump_out has sent the rest of the output and the exit code.
-            with contextlib.suppress(Exception):
-                if msg.get("bytes"):
-                    await pipe.write(msg["bytes"])
-                elif msg.get("text") and control(msg["text"]).get("eof"):
-                    await pipe.close_input()
+    async def on_text(text: str) -> None:
+        if control(text).get("eof"):
+            await pipe.close_input()
 
     async def pump_out() -> None:
         while (item := await pipe.read()) is not None:
@@ -72,7 +62,7 @@ async def serve_pipe(ws: WebSocket, pipe: Pipe) -> None:
         await ws.send_text(json.dumps({"exit_code": await pipe.exit_code()}))
         await ws.close()
 
-    await until_first(pump_in(), pump_out())
+    await bridge(ws, pipe.write, on_text, pump_out())
 
 
 #: Where the runner's scripts are in every kernel (the agent mounts them there:

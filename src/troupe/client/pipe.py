@@ -21,11 +21,12 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
-from urllib.parse import quote, urlencode
+from typing import TYPE_CHECKING, BinaryIO
+from urllib.parse import urlencode
 
 from troupe.api.errors import TroupeError, from_wire
 from troupe.api.pipe import control
+from troupe.client import tarsafe
 
 if TYPE_CHECKING:
     from websockets.sync.client import ClientConnection
@@ -54,10 +55,6 @@ def ws_url(api_url: str, route: str, /, **params: str | int) -> str:
         base = "ws://" + base.removeprefix("http://")
     query = urlencode({k: str(v) for k, v in params.items()})
     return f"{base}/v1{route}" + (f"?{query}" if query else "")
-
-
-def session_path(ref: str, what: str) -> str:
-    return f"/sessions/{quote(ref, safe='')}/{what}"
 
 
 class PipeClient:
@@ -244,33 +241,65 @@ class _Writer:
 
 def download(url: str, key: str | None, remote_name: str, dest: Path) -> None:
     """Unpacks the archive at ``url`` (top entry ``remote_name``) into ``dest`` if that is a
-    directory, else as ``dest`` (unpacked beside it first, then renamed). Unsafe entries
-    (absolute paths, links out of the tree, devices) are refused (tarfile's ``data`` filter)."""
+    directory, else as ``dest``: into a fresh directory beside it first, checked entry by entry
+    (:mod:`troupe.client.tarsafe`), then moved into place; a refused archive leaves nothing."""
     into = dest.is_dir()
     parent = dest if into else dest.parent
     if not parent.is_dir():
         raise PipeFailed(f"no such directory: {parent}")
     with PipeClient(url, key) as pipe:
-        tmp = Path(tempfile.mkdtemp(prefix=".troupe-cp.", dir=parent))
+        receive(_Reader(pipe), remote_name, dest, lambda: _finish(pipe))
+
+
+def _finish(pipe: PipeClient) -> None:
+    """Reads the pipe to its end (the archive's padding, then the exit code); the command's
+    failure, if it failed."""
+    while pipe.recv() is not None:
+        pass
+    why = pipe.failure("copy")
+    if why is not None:
+        raise why
+
+
+def receive(
+    stream: _Reader | BinaryIO, remote_name: str, dest: Path, finish: Callable[[], None]
+) -> None:
+    """:func:`download` once connected: unpacks the archive read from ``stream``, calls
+    ``finish`` (which raises the sender's failure), then moves the result into place. A
+    refused entry ends it at once: the rest of the archive is not read."""
+    into = dest.is_dir()
+    parent = dest if into else dest.parent
+    tmp = Path(tempfile.mkdtemp(prefix=".troupe-cp.", dir=parent))
+    try:
         try:
-            try:
-                with tarfile.open(fileobj=_Reader(pipe), mode="r|") as tar:  # type: ignore[call-overload]
-                    tar.extractall(tmp, filter="data")
-            except tarfile.ReadError:
-                pass  # nothing came: the command's failure below says why
-            while pipe.recv() is not None:  # the archive's padding, then the exit code
-                pass
-            why = pipe.failure("copy")
-            if why is not None:
-                raise why
-            got, target = tmp / remote_name, dest / remote_name if into else dest
-            if got.is_dir() and target.is_dir() and not target.is_symlink():
+            with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
+                tarsafe.unpack(tar, tmp, remote_name)
+        except tarfile.ReadError:
+            finish()  # nothing came: the command's failure says why
+            raise PipeFailed("copy: no archive came from the kernel") from None
+        except tarsafe.BrokenArchive:
+            finish()  # the command's failure, if it failed, says more than what it sent
+            raise
+        except OSError as e:
+            raise PipeFailed(f"cannot write under {parent}: {e.strerror or e}") from None
+        finish()
+        got, target = tmp / remote_name, dest / remote_name if into else dest
+        if not got.is_symlink() and not got.exists():
+            raise PipeFailed(f"copy: the archive from the kernel holds no {remote_name!r}")
+        try:
+            if _real_dir(got) and _real_dir(target):
                 # into an existing directory of that name: merged, as tar and docker cp do
                 shutil.copytree(got, target, symlinks=True, dirs_exist_ok=True)
             else:
                 os.replace(got, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        except OSError as e:
+            raise PipeFailed(f"cannot write {target}: {e.strerror or e}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _real_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
 
 
 def upload(url: str, key: str | None, src: Path) -> None:

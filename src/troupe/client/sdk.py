@@ -5,7 +5,9 @@ Settings: ``TROUPE_API_URL`` (default :data:`troupe.api.defaults.API_URL`) and
 
 Failures raise the domain errors of :mod:`troupe.api.errors`: an error answer becomes the
 class its ``code`` names (``status`` holds the HTTP status), a server out of reach becomes
-:class:`~troupe.api.errors.Unreachable` (``status`` 0).
+:class:`~troupe.api.errors.Unreachable` (``status`` 0), a success answer it cannot read
+:class:`UnexpectedAnswer`. Names go into URL paths only through :mod:`troupe.client.paths`: a
+session reference that is no name or id raises :class:`~troupe.api.errors.Invalid` unsent.
 
 Importing this module loads httpx but not the pydantic models of :mod:`troupe.api.models`: a
 method loads them when it first returns one, so that ``exec_stream`` and the ``*_data``
@@ -17,16 +19,19 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NoReturn
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import httpx
 
 from troupe.api import errors
 from troupe.api import exec as exec_frames
+from troupe.client.paths import api_path, session_path
 from troupe.client.settings import load_settings, plain_http
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from troupe.api.metrics import AgentUsage, SessionMetrics
     from troupe.api.models import (
         AgentInfo,
         AppInfo,
@@ -37,11 +42,57 @@ if TYPE_CHECKING:
         SessionSSH,
         UserInfo,
     )
+    from troupe.api.users import LimitsUpdate, UserDetail, UserListed
 
-__all__ = ["Client", "TroupeError", "load_settings"]
+__all__ = ["Client", "TroupeError", "UnexpectedAnswer", "load_settings"]
+
+M = TypeVar("M", bound="BaseModel")
 
 #: Kept importable from here for callers; the one class is troupe.api.errors.TroupeError.
 TroupeError = errors.TroupeError
+
+
+class UnexpectedAnswer(errors.TroupeError):
+    """A success answer the SDK cannot read: not JSON, or not the shape the API documents
+    (another program at that address, or a server of another version)."""
+
+    code = "unexpected_answer"
+
+
+def _one(model: type[M], data: Any) -> M:
+    """``data`` as ``model``; :class:`UnexpectedAnswer` if it is not one."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "the answer"
+        raise UnexpectedAnswer(
+            f"unexpected answer from the server (not a {model.__name__}: {where}: {err['msg']})"
+        ) from None
+
+
+def _many(model: type[M], data: Any) -> list[M]:
+    """``data`` as a list of ``model``; :class:`UnexpectedAnswer` if it is not one."""
+    if not isinstance(data, list):
+        raise UnexpectedAnswer(
+            f"unexpected answer from the server (not a list of {model.__name__})"
+        )
+    return [_one(model, x) for x in data]
+
+
+def _json(resp: httpx.Response) -> Any:
+    """The JSON of a success answer (None if empty); :class:`UnexpectedAnswer` if it is none."""
+    if not resp.content:
+        return None
+    try:
+        return resp.json()
+    except ValueError:
+        kind = resp.headers.get("content-type", "no content type")
+        raise UnexpectedAnswer(
+            f"unexpected answer from the server (HTTP {resp.status_code}, {kind}, not JSON)"
+        ) from None
 
 
 def _raise_for(resp: httpx.Response) -> None:
@@ -57,7 +108,7 @@ def _raise_for(resp: httpx.Response) -> None:
 
 
 def _user_path(name: str | None) -> str:
-    return "/users/me" if name is None else "/users/" + quote(name, safe="")
+    return api_path("users", "me" if name is None else name)
 
 
 def _exec_body(command: list[str], kernel: str, user: str) -> dict[str, Any]:
@@ -111,7 +162,7 @@ class Client:
         except httpx.TransportError as e:
             self._unreachable(e)
         _raise_for(resp)
-        return resp.json() if resp.content else None
+        return _json(resp)
 
     # sessions
     def create_session(self, req: SessionCreate) -> SessionInfo:
@@ -119,12 +170,12 @@ class Client:
 
         data = req.model_dump(mode="json", exclude_unset=True)
         data["name"], data["image"] = req.name, req.image
-        return SessionInfo.model_validate(self._req("POST", "/sessions", json=data))
+        return _one(SessionInfo, self._req("POST", "/sessions", json=data))
 
     def list_sessions(self, all: bool = False) -> list[SessionInfo]:
         from troupe.api.models import SessionInfo
 
-        return [SessionInfo.model_validate(x) for x in self.list_sessions_data(all)]
+        return _many(SessionInfo, self.list_sessions_data(all))
 
     def list_sessions_data(self, all: bool = False) -> list[dict[str, Any]]:
         """:meth:`list_sessions` as the JSON the server sent (no models: cheaper to load).
@@ -139,22 +190,30 @@ class Client:
             except httpx.TransportError as e:
                 self._unreachable(e)
             _raise_for(resp)
-            pages.append(resp.json())
+            page = _json(resp)
+            if not isinstance(page, list) or [s for s in page if not isinstance(s, dict)]:
+                raise UnexpectedAnswer("unexpected answer from the server (not a list of sessions)")
+            pages.append(page)
             after = resp.links.get("next", {}).get("url")
-            if not after or not pages[-1]:
+            if not after or not page:
                 return [s for page in reversed(pages) for s in page]
-            params["before"] = httpx.URL(after).params["before"]
+            before = httpx.URL(after).params.get("before")
+            if not before or before == params.get("before"):
+                raise UnexpectedAnswer(
+                    "unexpected answer from the server (a next page that does not move on)"
+                )
+            params["before"] = before
 
     def get_session(self, ref: str) -> SessionInfo:
         from troupe.api.models import SessionInfo
 
-        return SessionInfo.model_validate(self._req("GET", f"/sessions/{ref}"))
+        return _one(SessionInfo, self._req("GET", session_path(ref)))
 
     def session_ssh(self, ref: str) -> SessionSSH:
         """main1's pinned host key and the user's key of the session (for OpenSSH)."""
         from troupe.api.models import SessionSSH
 
-        return SessionSSH.model_validate(self._req("GET", f"/sessions/{ref}/ssh"))
+        return _one(SessionSSH, self._req("GET", session_path(ref, "ssh")))
 
     def wait_session(
         self, ref: str, until: str = "running", since: str | None = None, timeout: float = 30.0
@@ -164,14 +223,15 @@ class Client:
         params: dict[str, Any] = {"until": until, "timeout": timeout}
         if since:
             params["since"] = since
-        return SessionInfo.model_validate(
-            self._req("GET", f"/sessions/{ref}/wait", params=params, timeout=timeout + 10)
+        return _one(
+            SessionInfo,
+            self._req("GET", session_path(ref, "wait"), params=params, timeout=timeout + 10),
         )
 
     def destroy_session(self, ref: str) -> SessionInfo:
         from troupe.api.models import SessionInfo
 
-        return SessionInfo.model_validate(self._req("DELETE", f"/sessions/{ref}"))
+        return _one(SessionInfo, self._req("DELETE", session_path(ref)))
 
     def logs(self, ref: str, container: str | None = None, follow: bool = False) -> Iterator[str]:
         """The lines (without newline), ``[host]``-prefixed unless ``container`` is given.
@@ -185,7 +245,7 @@ class Client:
         if not follow:
             try:
                 with self._http.stream(
-                    "GET", f"/sessions/{ref}/logs", params=params, timeout=60
+                    "GET", session_path(ref, "logs"), params=params, timeout=60
                 ) as resp:
                     _raise_for(resp)
                     yield from resp.iter_lines()
@@ -197,7 +257,7 @@ class Client:
             try:
                 with self._http.stream(
                     "GET",
-                    f"/sessions/{ref}/logs",
+                    session_path(ref, "logs"),
                     params={**params, "since": since},
                     headers={"Accept": "text/event-stream"},
                     timeout=httpx.Timeout(10, read=None),
@@ -229,7 +289,7 @@ class Client:
         body = _exec_body(command, kernel, user)
         try:
             with self._http.stream(
-                "POST", f"/sessions/{ref}/exec", json=body, timeout=None
+                "POST", session_path(ref, "exec"), json=body, timeout=None
             ) as resp:
                 _raise_for(resp)
                 for line in resp.iter_lines():
@@ -258,51 +318,55 @@ class Client:
     def create_folder(self, name: str) -> FolderInfo:
         from troupe.api.models import FolderInfo
 
-        return FolderInfo.model_validate(self._req("POST", "/folders", json={"name": name}))
+        return _one(FolderInfo, self._req("POST", "/folders", json={"name": name}))
 
     def list_folders(self) -> list[FolderInfo]:
         from troupe.api.models import FolderInfo
 
-        return [FolderInfo.model_validate(x) for x in self._req("GET", "/folders")]
+        return _many(FolderInfo, self._req("GET", "/folders"))
 
     def delete_folder(self, name: str) -> None:
-        self._req("DELETE", f"/folders/{name}")
+        self._req("DELETE", api_path("folders", name))
 
     def create_user(self, name: str, admin: bool = False) -> UserInfo:
         from troupe.api.models import UserInfo
 
-        return UserInfo.model_validate(
-            self._req("POST", "/users", json={"name": name, "admin": admin})
-        )
+        return _one(UserInfo, self._req("POST", "/users", json={"name": name, "admin": admin}))
 
-    def list_users(self) -> list[dict[str, Any]]:
-        """Users (admin): id, name, admin, created_at, revoked."""
-        result: list[dict[str, Any]] = self._req("GET", "/users")
-        return result
+    def list_users(self) -> list[UserListed]:
+        """Users (admin), each with ``revoked``."""
+        from troupe.api.users import UserListed
 
-    def get_user(self, name: str | None = None) -> dict[str, Any]:
+        return _many(UserListed, self._req("GET", "/users"))
+
+    def get_user(self, name: str | None = None) -> UserDetail:
         """A user (admin; None: yourself) with ``limits`` (effective, null: none),
         ``overrides`` (set by an admin) and ``usage`` (held by active sessions)."""
-        result: dict[str, Any] = self._req("GET", _user_path(name))
-        return result
+        from troupe.api.users import UserDetail
 
-    def set_user_limits(self, name: str, limits: dict[str, Any]) -> dict[str, Any]:
+        return _one(UserDetail, self._req("GET", _user_path(name)))
+
+    def set_user_limits(self, name: str, limits: LimitsUpdate | dict[str, Any]) -> UserDetail:
         """Sets the keys given (admin): sessions, kernels, cpu, mem, gpu, streams,
         max_priority, groups; a key given None goes back to the server's default."""
-        result: dict[str, Any] = self._req("PUT", _user_path(name) + "/limits", json=limits)
-        return result
+        from troupe.api.users import UserDetail
 
-    def revoke_user(self, name: str) -> dict[str, Any]:
+        if not isinstance(limits, dict):
+            limits = limits.model_dump(mode="json", exclude_unset=True)
+        return _one(UserDetail, self._req("PUT", _user_path(name) + "/limits", json=limits))
+
+    def revoke_user(self, name: str) -> UserListed:
         """The user's key stops working at once (admin)."""
-        result: dict[str, Any] = self._req("POST", _user_path(name) + "/revoke")
-        return result
+        from troupe.api.users import UserListed
+
+        return _one(UserListed, self._req("POST", _user_path(name) + "/revoke"))
 
     def rotate_key(self, name: str | None = None) -> UserInfo:
         """A new key (``api_key``, shown once) for ``name`` (admin) or yourself (None); the
         old one stops working."""
         from troupe.api.models import UserInfo
 
-        return UserInfo.model_validate(self._req("POST", _user_path(name) + "/rotate"))
+        return _one(UserInfo, self._req("POST", _user_path(name) + "/rotate"))
 
     def delete_user(self, name: str) -> None:
         """Deletes a user without active sessions, and their folders (admin)."""
@@ -311,35 +375,52 @@ class Client:
     def list_agents(self) -> list[AgentInfo]:
         from troupe.api.models import AgentInfo
 
-        return [AgentInfo.model_validate(x) for x in self._req("GET", "/agents")]
+        return _many(AgentInfo, self._req("GET", "/agents"))
 
     def remove_agent(self, name: str) -> None:
         """Forgets a LOST agent of another host (admins only; an ALIVE one: Conflict)."""
-        self._req("DELETE", f"/agents/{quote(name, safe='')}")
+        self._req("DELETE", api_path("agents", name))
 
     def list_images(self) -> list[ImageInfo]:
         from troupe.api.models import ImageInfo
 
-        return [ImageInfo.model_validate(x) for x in self._req("GET", "/images")]
+        return _many(ImageInfo, self._req("GET", "/images"))
 
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._req("GET", "/health")
         return result
+
+    def session_metrics(self, ref: str, since: float | str | None = None) -> SessionMetrics:
+        """Each kernel's samples (after ``since``: epoch seconds or RFC 3339), or a finished
+        session's summary (docs/metrics.md)."""
+        from troupe.api.metrics import SessionMetrics
+
+        params = {"since": str(since)} if since is not None else {}
+        return _one(SessionMetrics, self._req("GET", session_path(ref, "metrics"), params=params))
+
+    def agent_metrics(self, name: str, since: float | str | None = None) -> AgentUsage:
+        """An agent's capacity and its kernels' use over time (admins)."""
+        from troupe.api.metrics import AgentUsage
+
+        params = {"since": str(since)} if since is not None else {}
+        return _one(
+            AgentUsage, self._req("GET", api_path("agents", name, "metrics"), params=params)
+        )
 
     # apps in main1 (docs/apps.md)
     def list_apps(self, ref: str) -> list[AppInfo]:
         """The apps main1's image declares, with their state and origin."""
         from troupe.api.models import AppInfo
 
-        return [AppInfo.model_validate(x) for x in self._req("GET", f"/sessions/{ref}/apps")]
+        return _many(AppInfo, self._req("GET", session_path(ref, "apps")))
 
     def open_app(self, ref: str, app: str | int) -> AppInfo:
         """Starts app ``app`` (a declared name or a port number) if needed and waits until it
         answers (up to a minute): the app with a one-time link into it in ``url``."""
         from troupe.api.models import AppInfo
 
-        path = f"/sessions/{ref}/apps/{quote(str(app), safe='')}"
-        return AppInfo.model_validate(self._req("POST", path, timeout=120))
+        path = session_path(ref, "apps", str(app))
+        return _one(AppInfo, self._req("POST", path, timeout=120))
 
 
 def _sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -1,4 +1,5 @@
-"""Pure cluster-session contract: hostnames, ranks, environment, SSH files and keys (SPEC 5, 6)."""
+"""Pure cluster-session contract: hostnames, ranks, environment, SSH files and keys
+(docs/contract.md, 'Environment in every kernel' and 'SSH between kernels')."""
 
 from troupe.cluster.contract import (
     CLUSTER_ENV_NAMES,

@@ -1,4 +1,5 @@
-"""The container-side cluster contract (SPEC section 5): hostnames, ranks and BACKENDAI_* variables.
+"""The container-side cluster contract (docs/contract.md, 'Environment in every kernel'):
+hostnames, ranks and BACKENDAI_* variables.
 
 Pure functions only, so the manager, the agent and the tests all derive the very same values
 from the same inputs and nothing can drift between them.
@@ -44,7 +45,8 @@ def reserved_names(environ: Mapping[str, str]) -> list[str]:
     )
 
 
-#: Every variable of SPEC section 5's first table; set in every kernel, including size 1.
+#: Every variable of the first table of docs/contract.md, 'Environment in every kernel';
+#: set in every kernel, including size 1.
 CLUSTER_ENV_NAMES: tuple[str, ...] = (
     "BACKENDAI_CLUSTER_SIZE",
     "BACKENDAI_CLUSTER_HOSTS",
@@ -105,8 +107,9 @@ def build_cluster(
 ) -> list[KernelContract]:
     """One contract per kernel (main1, sub1, ...), each with the environment the agent sets.
 
-    `kernel_ids[0]` is main1's id and must equal `session_id`, as SPEC section 5 promises
-    programs that compare BACKENDAI_SESSION_ID with BACKENDAI_KERNEL_ID.
+    `kernel_ids[0]` is main1's id and must equal `session_id`, as docs/contract.md, 'Environment
+    in every kernel' promises programs that compare BACKENDAI_SESSION_ID with
+    BACKENDAI_KERNEL_ID.
     """
     try:
         mode, dist_env = ClusterMode(mode), DistEnvMode(dist_env)

@@ -1,9 +1,10 @@
-"""Distributed-training variables (SPEC section 5), the Python twin of `setup_dist_environ.sh`.
+"""Distributed-training variables (docs/contract.md, 'Environment in every kernel'), the Python
+twin of `setup_dist_environ.sh`.
 
 The shell script is what runs inside kernels (any image, only `/bin/sh` needed); this module is
 its executable specification: the tests compare the two on many environments.
 
-Rules beyond the SPEC, kept identical in the script:
+Rules beyond docs/contract.md, kept identical in the script:
 - a number is 1..18 ASCII digits once leading zeros are dropped (`+4`, ` 4`, `4_0` are not);
 - nothing is derived unless BACKENDAI_CLUSTER_HOSTS is set and every comma-separated host is
   non-empty and made of ASCII letters, digits, `.`, `_` and `-` (so TF_CONFIG needs no escaping);

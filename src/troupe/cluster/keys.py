@@ -1,4 +1,5 @@
-"""Per-session SSH key pairs (SPEC section 6), made in memory; writing them is the caller's job."""
+"""Per-session SSH key pairs (docs/contract.md, 'SSH between kernels'), made in memory; writing
+them is the caller's job."""
 
 from __future__ import annotations
 

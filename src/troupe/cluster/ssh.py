@@ -1,4 +1,5 @@
-"""Text of every kernel's SSH files (SPEC section 6): client config, known_hosts, sshd config.
+"""Text of every kernel's SSH files (docs/contract.md, 'SSH between kernels'): client config,
+known_hosts, sshd config.
 
 Host keys are pinned (StrictHostKeyChecking yes) instead of switched off, so `ssh sub1` works
 without prompts or warnings and still refuses a host it does not know.
@@ -76,7 +77,8 @@ def sshd_config_text(
         f"AuthorizedKeysFile {_plain(authorized_keys_file, 'authorized_keys file')}",
         f"AllowUsers {_plain(user, 'user')}",
         "UseDNS no",
-        # Lets ~/.ssh/environment carry the session variables into SSH logins (SPEC section 5).
+        # Lets ~/.ssh/environment carry the session variables into SSH logins
+        # (docs/contract.md, 'Environment in every kernel').
         "PermitUserEnvironment yes",
         "UsePAM no",
         "PrintMotd no",

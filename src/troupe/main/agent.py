@@ -68,6 +68,9 @@ def run(
     nvidia_smi: Annotated[
         str | None, typer.Option(help="nvidia-smi to ask (default: the first on PATH)")
     ] = None,
+    metrics_interval: Annotated[
+        float, typer.Option(min=0, help="seconds between two samples of the kernels (0: none)")
+    ] = 5.0,
 ) -> None:
     """Run an agent for a manager on another host (when --manager is given)."""
     if ctx.invoked_subcommand is not None:
@@ -130,6 +133,7 @@ def run(
         saved_log_bytes=sizes["--saved-log"] or defaults.SAVED_LOG_BYTES,
         gpus=gpus,
         nvidia_smi=nvidia_smi,
+        metrics_interval=metrics_interval,
     )
     asyncio.run(AgentDaemon(config).run())
 

@@ -33,6 +33,16 @@ def run(
     nvidia_smi: Annotated[
         str | None, typer.Option(help="nvidia-smi the local agent asks (default: first on PATH)")
     ] = None,
+    metrics_interval: Annotated[
+        float,
+        typer.Option(
+            min=0, help="seconds between two samples of the local agent's kernels (0: none)"
+        ),
+    ] = 5.0,
+    metrics_token_file: Annotated[
+        Path | None,
+        typer.Option(help="file with the token Prometheus scrapes /metrics with (or an admin key)"),
+    ] = None,
     subnet_pool: Annotated[
         str, typer.Option(help="pool of session subnets")
     ] = defaults.SUBNET_POOL,
@@ -49,6 +59,20 @@ def run(
     saved_log: Annotated[
         str, typer.Option(help="bytes of each kernel's log kept after it is removed, e.g. 8m")
     ] = "8m",
+    saved_logs_total: Annotated[
+        str,
+        typer.Option(
+            help="bytes of all saved logs together, e.g. 4g; past it the oldest sessions'"
+            " saved logs are deleted (0: no cap)"
+        ),
+    ] = "4g",
+    min_free_disk: Annotated[
+        str,
+        typer.Option(
+            help="new sessions are refused (507) while the data dir's disk has less free,"
+            " e.g. 1g (0: no check)"
+        ),
+    ] = "1g",
     retention_days: Annotated[
         float, typer.Option(help="days finished sessions and their logs are kept (0: forever)")
     ] = defaults.RETENTION_DAYS,
@@ -86,6 +110,8 @@ def run(
         ("--mem", mem),
         ("--max-body", max_body),
         ("--saved-log", saved_log),
+        ("--saved-logs-total", saved_logs_total),
+        ("--min-free-disk", min_free_disk),
         ("--quota-mem", quota_mem),
     ):
         try:
@@ -121,6 +147,8 @@ def run(
             data_dir=data_dir or defaults.data_dir(),
             max_body_bytes=sizes["--max-body"] or defaults.MAX_BODY_BYTES,
             saved_log_bytes=sizes["--saved-log"] or defaults.SAVED_LOG_BYTES,
+            saved_logs_total=sizes["--saved-logs-total"] or 0,
+            min_free_disk=sizes["--min-free-disk"] or 0,
             retention_days=retention_days,
             pids_limit=pids_limit,
             quota_sessions=quota_sessions,
@@ -130,6 +158,7 @@ def run(
             quota_gpu=quota_gpu,
             quota_streams=quota_streams,
             agent_ca_file=agent_ca,
+            metrics_token_file=metrics_token_file,
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
@@ -145,6 +174,7 @@ def run(
                 saved_log_bytes=config.saved_log_bytes,
                 gpus=config.agent_gpus,
                 nvidia_smi=config.nvidia_smi,
+                metrics_interval=metrics_interval,
             )
         }
         if config.local_agent
@@ -159,4 +189,6 @@ def run(
     # (those took 100+ ms on a busy server: the API's p99)
     gc.collect()
     gc.freeze()
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    from troupe.main.access_log import uvicorn_log_config  # (request lines without secrets)
+
+    uvicorn.run(app, host=host, port=port, log_level=log_level, log_config=uvicorn_log_config())

@@ -17,15 +17,17 @@ from fastapi import FastAPI
 from troupe import __version__
 from troupe.api import edge
 from troupe.api.agent import AgentBackend
+from troupe.manager import openapi, prometheus
 from troupe.manager.auth import KeyCache, ensure_admin
 from troupe.manager.changes import ChangeBus
 from troupe.manager.config import ServerConfig
 from troupe.manager.fleet import RemoteFactory
 from troupe.manager.limits import BodyLimit
+from troupe.manager.metrics_feed import Feed
 from troupe.manager.registry import Registry
 from troupe.manager.remote_agent import verifying_with
 from troupe.manager.routes import agents as agent_routes
-from troupe.manager.routes import apps, folders, misc, reach, sessions, users
+from troupe.manager.routes import apps, folders, metrics, misc, reach, sessions, users
 from troupe.manager.store.db import make_engine, migrate
 from troupe.manager.store.unit import Store
 from troupe.manager.web import pages as web_pages
@@ -54,6 +56,8 @@ def create_app(
     another host when it registers (default: :class:`RemoteAgent`, verifying agents that serve
     HTTPS with ``config.agent_ca_file``)."""
     remote = remote or verifying_with(config.agent_ca_file)
+    # the scrape token, read now: a missing file fails here, not at the first scrape
+    token = prometheus.scrape_token(config.metrics_token_file)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -78,10 +82,13 @@ def create_app(
             await engine.dispose()
             raise
         app.state.config, app.state.db, app.state.registry = config, store, registry
-        app.state.keys = keys
+        app.state.keys, app.state.scrape_token = keys, token
+        app.state.metrics = feed = Feed(registry.fleet, store)
+        feed.start()
         try:
             yield
         finally:
+            await feed.stop()
             await registry.stop()
             await engine.dispose()
 
@@ -95,7 +102,10 @@ def create_app(
     )
     edge.install(app)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
-    for module in (sessions, reach, apps, folders, users, misc, agent_routes):
+    app.add_middleware(prometheus.Latency)
+    for module in (sessions, reach, apps, folders, users, misc, agent_routes, metrics):
         app.include_router(module.router, prefix="/v1")
+    app.include_router(prometheus.router)
+    openapi.install(app)
     web_pages.install(app)
     return app

@@ -41,6 +41,10 @@ class ServerConfig:
     max_body_bytes: int = defaults.MAX_BODY_BYTES
     #: Saved log of one kernel: only its last this many bytes are kept.
     saved_log_bytes: int = defaults.SAVED_LOG_BYTES
+    #: All saved logs together: oldest sessions' deleted first past this (0: no cap).
+    saved_logs_total: int = defaults.SAVED_LOGS_TOTAL
+    #: New sessions are refused (507) while the data dir's disk has less free (0: no check).
+    min_free_disk: int = defaults.MIN_FREE_DISK
     #: Finished sessions (and their saved logs) are deleted after this many days; 0 keeps them.
     retention_days: float = defaults.RETENTION_DAYS
     #: Default per-user limits (admins may set others per user; admins have none).
@@ -57,6 +61,8 @@ class ServerConfig:
     quota_streams: int = defaults.QUOTA_STREAMS
     #: A followed log stream (as events) that is quiet this long sends a keep-alive comment.
     keepalive_seconds: float = defaults.KEEPALIVE_SECONDS
+    #: File holding the token Prometheus scrapes ``/metrics`` with (besides an admin's key).
+    metrics_token_file: Path | None = None
 
     def __post_init__(self) -> None:
         ipaddress.ip_network(self.subnet_pool)

@@ -3,7 +3,8 @@ counter.
 
 API keys are taken from the ``Authorization: Bearer <key>`` header only, never from the URL
 (query strings end up in access logs, proxies and browser history). Without that header, the
-web UI's sign-in cookie is accepted from the UI's own origin (:mod:`troupe.manager.web.signin`).
+web UI's sign-in cookie is accepted from the UI's own origin (:mod:`troupe.manager.websessions`,
+outside the web package, which this module never imports).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
 from troupe.api.errors import Forbidden, Unauthorized
+from troupe.manager import websessions
 from troupe.manager.auth import KeyCache
 from troupe.manager.registry import Registry
 from troupe.manager.store.models import User
 from troupe.manager.store.unit import Store
 from troupe.manager.streams import Streams, streams_of
-from troupe.manager.web import signin
 
 
 async def get_db(request: Request) -> AsyncIterator[AsyncSession]:
@@ -43,10 +44,10 @@ def bearer(conn: HTTPConnection) -> str:
 async def authenticate(store: Store, conn: HTTPConnection) -> User:
     """The user of a request or WebSocket, from its API key (or the web UI's cookie)."""
     key = bearer(conn)
-    if not key and signin.COOKIE in conn.cookies:
-        signin.check_origin(conn)
+    if not key and websessions.COOKIE in conn.cookies:
+        websessions.check_origin(conn)
         async with store() as db:
-            by_cookie = await signin.user_of_cookie(db, conn)
+            by_cookie = await websessions.user_of_cookie(db, conn)
         if by_cookie is None:
             raise Unauthorized("web sign-in expired or revoked: sign in again")
         return by_cookie

@@ -9,14 +9,17 @@ happens while it runs.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import NamedTuple
 
 from troupe.api.agent import AgentBackend
 from troupe.api.errors import AgentFailed, Invalid, NotRunning
 from troupe.api.exec import ExecItem
 from troupe.api.lifecycle import SessionStatus
 from troupe.api.models import ExecRequest
+from troupe.manager import log_positions
 from troupe.manager.fleet import Fleet
-from troupe.manager.logs import LogLine, LogStore, merged
+from troupe.manager.log_positions import Cursor
+from troupe.manager.logs import LogLine, LogStore, fair, merged, resumed, stamped
 from troupe.manager.store.models import Kernel, Session
 
 
@@ -40,24 +43,46 @@ def agent_of(fleet: Fleet, k: Kernel, hint: str = "") -> AgentBackend:
     raise AgentFailed(why + hint, kernel=k.hostname)
 
 
-def logs(
-    fleet: Fleet, store: LogStore, s: Session, container: str | None, follow: bool
-) -> AsyncIterator[LogLine]:
-    """The lines of one kernel (``container``) or of all, merged.
+class Logs(NamedTuple):
+    """A logs answer's lines, and the cursor that gives each line its event id."""
 
-    Checks first, raising before any line is read: no such kernel, or a kernel whose logs
-    would have to come from a LOST or gone agent (and have no saved copy).
+    lines: AsyncIterator[LogLine]
+    cursor: Cursor
+
+
+def logs(
+    fleet: Fleet,
+    store: LogStore,
+    s: Session,
+    container: str | None,
+    follow: bool,
+    last_event_id: str = "",
+    since: str = "",
+) -> Logs:
+    """The lines of one kernel (``container``) or of all, merged, after the position a client
+    resumes from (:func:`troupe.manager.log_positions.start`).
+
+    Checks first, raising before any line is read: no such kernel, a malformed position, or a
+    kernel whose logs would have to come from a LOST or gone agent (and have no saved copy).
+    Saved copies are read as streams; a session whose saved logs were deleted to keep within
+    ``--saved-logs-total`` says so in one line per kernel.
     """
     kernels = check_kernel(s, container)
-    sources: dict[str, AsyncIterator[str]] = {}
-    for k in kernels:
-        if k.container_id and not store.has(s.id, k.hostname):
+    cursor = log_positions.start(last_event_id, since, len(kernels))
+    streams: list[AsyncIterator[LogLine]] = []
+    live, evicted = False, store.evicted(s.id)
+    for i, k in enumerate(kernels):
+        source: AsyncIterator[str]
+        if evicted:
+            source = _aiter([EVICTED])
+        elif k.container_id and not store.has(s.id, k.hostname):
             others = container is None and len(kernels) > 1
             agent = agent_of(fleet, k, "; logs of one kernel: ?container=NAME" if others else "")
-            sources[k.hostname] = agent.logs(k.container_id, follow=follow)
+            source, live = agent.logs(k.container_id, follow=follow), True
         else:
-            sources[k.hostname] = _aiter(store.lines(s.id, k.hostname))
-    return merged(sources, follow=follow)
+            source = store.lines(s.id, k.hostname)
+        streams.append(resumed(stamped(i, k.hostname, source), cursor.positions[i]))
+    return Logs(fair(merged(streams, follow=follow and live)), cursor)
 
 
 def kernel_target(fleet: Fleet, s: Session, hostname: str) -> tuple[AgentBackend, str]:
@@ -73,6 +98,13 @@ def kernel_target(fleet: Fleet, s: Session, hostname: str) -> tuple[AgentBackend
 def exec_stream(fleet: Fleet, s: Session, req: ExecRequest) -> AsyncIterator[ExecItem]:
     agent, container_id = kernel_target(fleet, s, req.kernel)
     return agent.exec_stream(container_id, req.command, user=req.user)
+
+
+#: The one line of a kernel whose saved log was deleted to keep within the budget.
+EVICTED = (
+    "[troupe: this session's saved logs were deleted to keep all saved logs within the"
+    " server's --saved-logs-total]\n"
+)
 
 
 async def _aiter(lines: list[str]) -> AsyncIterator[str]:

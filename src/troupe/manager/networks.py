@@ -1,4 +1,4 @@
-"""Which network a session gets, and its subnet (SPEC section 4). Pure functions."""
+"""Which network a session gets, and its subnet (docs/contract.md, 'Network'). Pure functions."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from troupe.api.models import SessionCreate
 from troupe.manager.config import ServerConfig
 from troupe.manager.events import AgentBack, AgentLost, FleetEvent, KernelExited
 from troupe.manager.fleet import Fleet, RemoteFactory
+from troupe.manager.instruments import SCHEDULER_PASS
 from troupe.manager.life import (
     Life,
     admission,
@@ -52,7 +53,9 @@ class Registry:
         self.config = config
         self.store = store
         self.fleet = Fleet(config, store, agents, remote)
-        self.life = Life(config, store, self.fleet, LogStore(config.logs_dir))
+        self.life = Life(
+            config, store, self.fleet, LogStore(config.logs_dir, config.saved_logs_total)
+        )
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._preparers: dict[str, asyncio.Task[None]] = {}
@@ -178,7 +181,8 @@ class Registry:
             self._wake.clear()
             next_pass = min(5.0, self.config.agent_timeout / 3)
             try:
-                result = await placing.place_pending(self.life)
+                with SCHEDULER_PASS.time():
+                    result = await placing.place_pending(self.life)
                 if result.next_due is not None:
                     next_pass = min(next_pass, result.next_due)
                 for sid in result.placed:

@@ -32,6 +32,7 @@ from troupe.api.agent import (
 )
 from troupe.api.errors import AgentFailed, from_wire
 from troupe.api.exec import ExecItem
+from troupe.api.metrics import AgentMetrics
 from troupe.api.models import ImageInfo
 from troupe.api.pipe import EOF_FRAME, STDERR, STDOUT, control
 
@@ -194,6 +195,10 @@ class RemoteAgent:
 
     async def list_session_ids_with_networks(self) -> set[str]:
         return set(await self._call("GET", "/network-sessions"))
+
+    async def metrics(self, since: float | None = None) -> AgentMetrics:
+        params = {"since": repr(since)} if since is not None else {}
+        return AgentMetrics.model_validate(await self._call("GET", "/metrics", params=params))
 
     async def logs(self, container_id: str, follow: bool = False) -> AsyncIterator[str]:
         try:

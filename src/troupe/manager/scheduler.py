@@ -1,4 +1,5 @@
-"""Placement of pending sessions on agents (SPEC section 3), as a pure function of plain data.
+"""Placement of pending sessions on agents (docs/contract.md, 'Placement'), as a pure function
+of plain data.
 
 No I/O and no clock: the registry loads the state, calls :func:`schedule` and records the
 placements in one transaction, so accounting stays exact and this stays easy to test.
@@ -235,8 +236,22 @@ def assign_gpus(
     return out
 
 
-def schedule(requests: Sequence[Request], agents: Sequence[AgentState]) -> Decision:
-    """Places what fits, highest priority first, then first come first served.
+def waiting_for_lost(req: Request, lost: Sequence[AgentState]) -> list[str]:
+    """Why-pending lines for the LOST agents (``lost``: their whole capacity) that could hold
+    ``req`` once back: the whole session if single-node, one kernel if multi-node."""
+    n = req.size if req.mode == ClusterMode.SINGLE_NODE else 1
+    return [
+        f"agent {a.id}: LOST (no heartbeat); waiting for it to come back"
+        for a in lost
+        if a.group == req.group and a.kernels_fitting(req) >= n
+    ]
+
+
+def schedule(
+    requests: Sequence[Request], agents: Sequence[AgentState], lost: Sequence[AgentState] = ()
+) -> Decision:
+    """Places what fits on ``agents``, highest priority first, then first come first served;
+    ``lost`` agents hold nothing but are named in the report of the sessions they could hold.
 
     A session that does not fit does not block smaller ones behind it (backfilling).
     """
@@ -244,18 +259,25 @@ def schedule(requests: Sequence[Request], agents: Sequence[AgentState]) -> Decis
     for a in agents:
         by_group.setdefault(a.group, []).append(a)
     groups = {g: _Group(members) for g, members in by_group.items()}
+    lost_by_group: dict[str, list[AgentState]] = {}
+    for a in lost:
+        lost_by_group.setdefault(a.group, []).append(a)
     decision = Decision()
     reports: dict[tuple[object, ...], list[str]] = {}
     for req in sorted(requests, key=lambda r: (-r.priority, r.order, r.session_id)):
         group = groups.get(req.group)
         if group is None:
-            decision.waiting[req.session_id] = [f"no agent in resource group {req.group!r}"]
+            decision.waiting[req.session_id] = waiting_for_lost(
+                req, lost_by_group.get(req.group, ())
+            ) or [f"no agent in resource group {req.group!r}"]
             continue
         placed = group.place(req)
         if placed is None:
             key = (req.group, req.mode, req.size, req.cpu, req.mem, req.gpu, group.version)
             if key not in reports:
                 reports[key] = group.report(req)
+                if req.group in lost_by_group:
+                    reports[key] += waiting_for_lost(req, lost_by_group[req.group])
             decision.waiting[req.session_id] = reports[key]
             continue
         for agent_id in dict.fromkeys(placed):

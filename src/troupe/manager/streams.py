@@ -1,5 +1,5 @@
-"""Per-user limit on concurrent long requests ("streams"): ``wait`` long-polls, followed
-logs, exec and terminals.
+"""Per-user limit on concurrent long requests ("streams"): ``wait`` long-polls, logs
+(followed or not: a merged log of many kernels takes a while), exec and terminals.
 
 Each one holds a :class:`Slot` from the moment its checks passed until it ends or its client
 goes away; one over the user's limit is refused with 429 (``too_many``) before its answer
@@ -66,8 +66,8 @@ class Streams:
         n = self._open[user.id]
         if n >= limit:
             raise TooMany(
-                f"too many concurrent streams: user {user.name!r} has {n} open (waits, followed"
-                f" logs, execs, shells) and the limit is {limit}; end one or try again later"
+                f"too many concurrent streams: user {user.name!r} has {n} open (waits, logs,"
+                f" execs, shells) and the limit is {limit}; end one or try again later"
             )
         self._open[user.id] = n + 1
         return Slot(self, user.id)

@@ -3,7 +3,8 @@
 # session (MASTER_ADDR, MASTER_PORT, TF_CONFIG, torchrun's PET_NNODES, PET_NODE_RANK,
 # PET_MASTER_ADDR, PET_MASTER_PORT, Open MPI's default hostfile OMPI_MCA_orte_default_hostfile
 # and PRTE_MCA_prte_default_hostfile; with BACKENDAI_DIST_ENV=per-container also WORLD_SIZE,
-# RANK, WORLD_RANK, LOCAL_RANK) from the BACKENDAI_* variables (SPEC section 5).
+# RANK, WORLD_RANK, LOCAL_RANK) from the BACKENDAI_* variables (docs/contract.md,
+# 'Environment in every kernel').
 #
 # This is the shell twin of troupe.cluster.dist.derive_dist_env; the unit tests hold the two to
 # the same output. Meant to be SOURCED by the kernel entrypoint (`. setup_dist_environ.sh`) under

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from troupe.client.cli.output import client, console, print_json
+from troupe.client.cli import top
+from troupe.client.cli.output import App, client, console, print_json
 from troupe.client.cli.table import human_size, print_table
 
 if TYPE_CHECKING:
     from troupe.api.models import AgentInfo
 
-app = typer.Typer(no_args_is_help=True, help="Agents (hosts that run kernels).")
+app = App(no_args_is_help=True, help="Agents (hosts that run kernels).")
 
 
 @app.command("list")
@@ -68,3 +69,6 @@ def remove(name: Annotated[str, typer.Argument(help="the agent's name")]) -> Non
     with client() as c:
         c.remove_agent(name)
     console.print(Text(f"agent {name} removed"))
+
+
+app.add_typer(top.agent_app)

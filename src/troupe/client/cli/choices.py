@@ -3,7 +3,7 @@
 They are those of :mod:`troupe.api.models` and :mod:`troupe.cluster` (``SessionType``,
 ``ClusterMode``, ``DistEnvMode``, ``ExecUser``, what :class:`~troupe.api.models.SessionCreate`
 assumes for a field left out), written here so that building the command line loads neither
-pydantic nor the cluster package; ``tests/unit/test_cli_choices.py`` holds the two together.
+pydantic nor the cluster package; ``tests/unit/test_cli_fast.py`` holds the two together.
 The server still decides: these only shape help texts and the options' choices.
 """
 

@@ -21,11 +21,12 @@ import socket
 import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from troupe.api import exec as exec_frames
 from troupe.api.errors import TroupeError
 from troupe.client.cli.table import SESSION_COLUMNS, print_table, session_row
+from troupe.client.paths import session_path
 from troupe.client.settings import load_settings, plain_http
 
 if TYPE_CHECKING:
@@ -168,8 +169,12 @@ def _list(all_: bool) -> int | None:
 
 def _exec(name: str, command: list[str], kernel: str, user: str) -> int | None:
     body = exec_frames.plain_request(command, kernel, user)
+    try:
+        path = session_path(name, "exec")
+    except TroupeError:
+        return None  # the full command says what is wrong with the name
     # no time limit, as the SDK's exec: a command may be silent for hours
-    opened = _open("POST", f"/sessions/{quote(name, safe='')}/exec", body, timeout=None)
+    opened = _open("POST", path, body, timeout=None)
     if opened is None:
         return None
     url, resp = opened

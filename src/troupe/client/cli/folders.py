@@ -6,10 +6,10 @@ from typing import Annotated
 
 import typer
 
-from troupe.client.cli.output import client, console, print_json
+from troupe.client.cli.output import App, client, console, print_json
 from troupe.client.cli.table import fmt_time, print_table
 
-app = typer.Typer(no_args_is_help=True, help="Persistent data folders.")
+app = App(no_args_is_help=True, help="Persistent data folders.")
 
 FolderArg = Annotated[str, typer.Argument(help="folder name", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]

@@ -6,10 +6,10 @@ from typing import Annotated
 
 import typer
 
-from troupe.client.cli.output import client, print_json
+from troupe.client.cli.output import App, client, print_json
 from troupe.client.cli.table import fmt_timestamp, human_size, print_table, short_id
 
-app = typer.Typer(no_args_is_help=True, help="Kernel images.")
+app = App(no_args_is_help=True, help="Kernel images.")
 
 
 @app.command("list")

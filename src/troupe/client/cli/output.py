@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _LazyConsole:
@@ -63,19 +64,33 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def one_line(text: str) -> str:
+    """``text`` on one line (an error is one line, whatever a server or library said)."""
+    return " ".join(text.split())
+
+
+def unexpected(e: Exception) -> str:
+    """What went wrong, in one line, for an error no command expected."""
+    httpx = sys.modules.get("httpx")  # loaded if the SDK ran: only it raises these
+    if httpx is not None and isinstance(e, httpx.HTTPError):  # anything the SDK did not wrap
+        return f"request failed: {e}"
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    return f"unexpected error ({type(e).__name__}): {e}"
+
+
 @contextmanager
 def api_errors() -> Iterator[None]:
-    """Turns API and connection errors into :func:`fail` (one line, no traceback)."""
+    """Turns every failure into :func:`fail`: one line, no traceback, a non-zero exit (a
+    command's own exit code, Typer's usage errors and interrupts pass as they are)."""
     try:
         yield
     except TroupeError as e:
-        fail(e.message)
-    except Exception as e:
-        import httpx  # loaded by now: only the SDK raises these
-
-        if isinstance(e, httpx.HTTPError):  # anything the SDK did not wrap
-            fail(f"request failed: {e}")
+        fail(one_line(e.message), int(getattr(e, "exit_code", 1) or 1))
+    except (typer.Exit, typer.Abort, typer.TyperException):
         raise
+    except Exception as e:
+        fail(one_line(unexpected(e)))
 
 
 def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
@@ -87,6 +102,20 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             return func(*args, **kwargs)
 
     return wrapper
+
+
+class App(typer.Typer):
+    """A group of commands, each run under :func:`api_errors`: however it fails, the user
+    reads one line (every group of the client's command line is one)."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[F], F]:
+        register = super().command(*args, **kwargs)
+
+        def decorator(func: F) -> F:
+            register(handle_errors(func))
+            return func
+
+        return decorator
 
 
 @contextmanager

@@ -17,19 +17,19 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from troupe.client.cli.output import client, console, err_console, fail
+from troupe.client.cli.output import App, client, console, err_console, fail
 from troupe.client.cli.session_exec import COMMAND_ARGS, KernelOpt, NameArg
+from troupe.client.paths import REF_PATTERN
 
 if TYPE_CHECKING:
     from troupe.api.models import SessionSSH
 
-app = typer.Typer()
+app = App()
 
 #: What ``--ssh-key`` of ``troupe session create`` takes when it is not given: the first found.
 DEFAULT_KEYS = ("id_ed25519.pub", "id_ecdsa.pub", "id_rsa.pub")
 HOME = "/home/work"
-_SESSION = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
-_REMOTE = re.compile(rf"({_SESSION})(?:/(main1|sub[1-9][0-9]*))?:(.*)", re.DOTALL)
+_REMOTE = re.compile(rf"({REF_PATTERN})(?:/(main1|sub[1-9][0-9]*))?:(.*)", re.DOTALL)
 
 
 # -- pure helpers (unit-tested) ------------------------------------------------------------
@@ -239,7 +239,8 @@ def tunnel(
     kernel: KernelOpt = "main1",
 ) -> None:
     """Join stdin/stdout to a port in main1 (sshd's by default), e.g. as ssh's ProxyCommand."""
-    from troupe.client.pipe import session_path, tunnel_stdio, ws_url
+    from troupe.client.paths import session_path
+    from troupe.client.pipe import tunnel_stdio, ws_url
     from troupe.client.settings import load_settings
 
     url, key = load_settings()
@@ -314,7 +315,8 @@ def forward(
     prints each local URL."""
     import threading
 
-    from troupe.client.pipe import listen, serve_forward, session_path, ws_url
+    from troupe.client.paths import session_path
+    from troupe.client.pipe import listen, serve_forward, ws_url
     from troupe.client.settings import load_settings
 
     pairs: list[tuple[int, int]] = []
@@ -355,13 +357,13 @@ def forward(
 
 @app.command()
 def cp(
-    src: Annotated[str, typer.Argument(help="NAME[/KERNEL]:PATH or a local path")],
-    dst: Annotated[str, typer.Argument(help="NAME[/KERNEL]:PATH or a local path")],
+    src: Annotated[str, typer.Argument(help="NAME:PATH, NAME/KERNEL:PATH or a local path")],
+    dst: Annotated[str, typer.Argument(help="NAME:PATH, NAME/KERNEL:PATH or a local path")],
 ) -> None:
     """Copy files or directories between here and a kernel (NAME:PATH is main1, NAME/sub1:PATH
     a sub kernel; relative paths are under /home/work), as user work, streamed."""
-    from troupe.api.errors import TroupeError
-    from troupe.client.pipe import download, session_path, upload, ws_url
+    from troupe.client.paths import session_path
+    from troupe.client.pipe import download, upload, ws_url
     from troupe.client.settings import load_settings
 
     a, b = parse_remote(src), parse_remote(dst)
@@ -394,5 +396,3 @@ def cp(
             upload(endpoint, key, local)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-    except TroupeError as e:
-        fail(e.message, getattr(e, "exit_code", 1) or 1)

@@ -11,9 +11,9 @@ import typer
 
 from troupe.client.cli.choices import ExecUser
 from troupe.client.cli.fastpath import NO_EXIT_CODE, quiet_stdout
-from troupe.client.cli.output import client, err_console, fail
+from troupe.client.cli.output import App, client, err_console, fail
 
-app = typer.Typer()
+app = App()
 
 NameArg = Annotated[str, typer.Argument(help="session name or id", show_default=False)]
 CommandArg = Annotated[list[str], typer.Argument(help="the command, after --", show_default=False)]

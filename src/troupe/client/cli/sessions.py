@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from troupe.client.cli import apps, reach, session_exec
+from troupe.client.cli import apps, reach, session_exec, top
 from troupe.client.cli.choices import (
     CREATE_DEFAULTS,
     RESOURCE_DEFAULTS,
@@ -19,6 +19,7 @@ from troupe.client.cli.choices import (
     SessionType,
 )
 from troupe.client.cli.output import (
+    App,
     client,
     console,
     err_console,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
     from troupe.api.models import SessionInfo
 
-app = typer.Typer(no_args_is_help=True, help="Create and use cluster sessions.")
+app = App(no_args_is_help=True, help="Create and use cluster sessions.")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 NameArg = session_exec.NameArg
@@ -413,3 +414,4 @@ def destroy(name: NameArg, json_: JsonOpt = False) -> None:
 app.add_typer(session_exec.app)
 app.add_typer(reach.app)
 app.add_typer(apps.app)
+app.add_typer(top.session_app)

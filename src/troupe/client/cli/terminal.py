@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 
 def shell_url(api_url: str, ref: str, kernel: str) -> str:
-    from troupe.client.pipe import session_path, ws_url
+    from troupe.client.paths import session_path
+    from troupe.client.pipe import ws_url
 
     return ws_url(api_url, session_path(ref, "shell"), kernel=kernel)
 

@@ -4,18 +4,26 @@ name and ``limits`` without a name are for everyone)."""
 from __future__ import annotations
 
 import sys
-from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from troupe.client.cli.output import client, console, err_console, fail, print_fields, print_json
+from troupe.client.cli.output import (
+    App,
+    client,
+    console,
+    err_console,
+    fail,
+    print_fields,
+    print_json,
+)
 from troupe.client.cli.table import fmt_time, human_size, print_table
 
 if TYPE_CHECKING:
     from troupe.api.models import UserInfo
+    from troupe.api.users import UserDetail
 
-app = typer.Typer(no_args_is_help=True, help="Users, API keys and limits.")
+app = App(no_args_is_help=True, help="Users, API keys and limits.")
 
 NameArg = Annotated[str, typer.Argument(help="user name", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
@@ -70,19 +78,15 @@ def list_(json_: JsonOpt = False) -> None:
         ["NAME", "ROLE", "KEY", "CREATED", "ID"],
         [
             [
-                u["name"],
-                "admin" if u["admin"] else "user",
-                "revoked" if u.get("revoked") else "valid",
-                fmt_time(_time(u["created_at"])),
-                u["id"],
+                u.name,
+                "admin" if u.admin else "user",
+                "revoked" if u.revoked else "valid",
+                fmt_time(u.created_at),
+                u.id,
             ]
             for u in users
         ],
     )
-
-
-def _time(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def _limit_text(key: str, value: Any) -> str:
@@ -104,27 +108,26 @@ def _source(key: str, overrides: dict[str, Any], admin: bool) -> str:
     return "admin" if admin and key != "streams" else "default"
 
 
-def _show(d: dict[str, Any]) -> None:
-    role = "admin" if d["admin"] else "user"
+def _show(d: UserDetail) -> None:
+    role = "admin" if d.admin else "user"
     print_fields(
         [
-            ("user", d["name"]),
-            ("role", role + (" (no limits but streams)" if d["admin"] else "")),
-            ("key", "revoked" if d.get("revoked") else "valid"),
+            ("user", d.name),
+            ("role", role + (" (no limits but streams)" if d.admin else "")),
+            ("key", "revoked" if d.revoked else "valid"),
         ]
     )
     console.print()
-    usage = d["usage"]
-    overrides = d.get("overrides") or {}
+    limits, usage = d.limits.model_dump(), d.usage.model_dump()
     rows = []
     for key in LIMIT_KEYS:
         used = usage.get(key)
         rows.append(
             [
                 key,
-                _limit_text(key, d["limits"].get(key)),
+                _limit_text(key, limits[key]),
                 "-" if used is None else _limit_text(key, used),
-                _source(key, overrides, d["admin"]),
+                _source(key, d.overrides, d.admin),
             ]
         )
     print_table(["LIMIT", "VALUE", "IN USE", "SET"], rows)
@@ -196,7 +199,7 @@ def revoke(name: NameArg, json_: JsonOpt = False) -> None:
     if json_:
         print_json(u)
     else:
-        console.print(Text(f"user {u['name']}: API key revoked"))
+        console.print(Text(f"user {u.name}: API key revoked"))
 
 
 @app.command()

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from troupe.api.errors import Conflict, DoesNotFit, Invalid, QuotaExceeded, Unauthorized
 from troupe.api.lifecycle import (
     SESSION_ACTIVE,
+    AgentStatus,
     Change,
     KernelStatus,
     SessionStatus,
@@ -33,10 +34,11 @@ from troupe.api.lifecycle import (
 )
 from troupe.api.models import SessionCreate
 from troupe.cluster import build_cluster, generate_ed25519
-from troupe.manager import quotas
+from troupe.manager import disk, quotas
+from troupe.manager.fleet import offered_gpus
 from troupe.manager.life.context import Life
-from troupe.manager.scheduler import Request, never_fits
-from troupe.manager.store.models import Folder, Kernel, Session, User
+from troupe.manager.scheduler import AgentState, Request, never_fits
+from troupe.manager.store.models import Agent, Folder, Kernel, Session, User
 from troupe.manager.store.unit import changes_of
 
 
@@ -73,6 +75,20 @@ async def active_usage(db: AsyncSession, owner_id: str) -> quotas.Usage:
     return quotas.Usage.of((size, cpu, mem, gpu) for size, cpu, mem, gpu in rows.all())
 
 
+async def lost_states(life: Life, db: AsyncSession) -> list[AgentState]:
+    """The LOST agents with all their capacity free: what each could hold once back (their
+    sessions were failed when they were lost). No query while none is LOST."""
+    if not life.fleet.lost:
+        return []
+    rows = await db.execute(
+        select(Agent).where(Agent.id.in_(sorted(life.fleet.lost)), Agent.status == AgentStatus.LOST)
+    )
+    return [
+        AgentState(id=a.id, group=a.group, cpu=a.cpu, mem=a.mem, gpu=len(offered_gpus(a)))
+        for a in rows.scalars()
+    ]
+
+
 def _ask(req: SessionCreate) -> quotas.Ask:
     r = req.resources
     return quotas.Ask(req.group, req.priority, req.cluster_size, r.cpu, r.mem, r.gpu)
@@ -88,6 +104,7 @@ async def admit(life: Life, owner: User, req: SessionCreate) -> Session:
     on the way to the scheduler); raises a domain error if it can't be."""
     if req.cluster_size > life.config.max_cluster_size:
         raise Invalid.field_rule("cluster_size", f"must be at most {life.config.max_cluster_size}")
+    await disk.check_room(life.config)
     limits = quotas.limits_of(life.config, owner)
     _refuse(quotas.check_static(limits, _ask(req)))
     async with life.store() as db:
@@ -112,6 +129,7 @@ async def admit(life: Life, owner: User, req: SessionCreate) -> Session:
                 raise Invalid.field_rule("mounts", f"folder {m.folder!r} not found")
             folders[m.folder] = folder_id
         agents = await life.fleet.states(db)
+        lost = await lost_states(life, db)
     request = Request(
         session_id="-",
         group=req.group,
@@ -121,11 +139,14 @@ async def admit(life: Life, owner: User, req: SessionCreate) -> Session:
         mem=req.resources.mem,
         gpu=req.resources.gpu,
     )
-    reason = never_fits(request, agents)
+    # Only a LOST agent could hold it: it waits PENDING, as the agent may come back (and the
+    # image is not checked: a LOST agent cannot be asked, the alive ones may lack it).
+    waits_for_lost = never_fits(request, agents) is not None
+    reason = never_fits(request, [*agents, *lost]) if waits_for_lost else None
     if reason:
         raise DoesNotFit(f"resources: {reason}", field="resources")
     group = [a.id for a in agents if a.group == req.group]
-    if not await life.fleet.any_has_image(group, req.image):
+    if not waits_for_lost and not await life.fleet.any_has_image(group, req.image):
         raise Invalid.field_rule(
             "image", f"image {req.image!r} not found on the agents of group {req.group!r}"
         )

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.agent import KernelExit
 from troupe.api.lifecycle import KernelStatus, SessionStatus, transition
-from troupe.api.models import SessionType
+from troupe.api.models import SessionType, format_size
 from troupe.manager.life.context import Life
 from troupe.manager.store.models import Kernel, Session
 from troupe.manager.store.unit import changes_of
@@ -59,6 +59,19 @@ def exit_info(ev: KernelExit, hostname: str, preparing: bool) -> dict[str, Any]:
     return info
 
 
+def batch_info(ev: KernelExit, hostname: str, mem: int) -> dict[str, Any]:
+    """The session's status_info when its batch command (main1) ended: its exit code, and
+    whether the kernel was killed for memory (the exit code alone, 137, does not say)."""
+    if not ev.oom_killed:
+        return {"reason": "batch command finished", "exit_code": ev.exit_code}
+    return {
+        "reason": f"{hostname} killed: out of memory (limit {format_size(mem)})",
+        "kernel": hostname,
+        "exit_code": ev.exit_code,
+        "oom_killed": True,
+    }
+
+
 def _mark(k: Kernel, ev: KernelExit, changes: list[Any]) -> None:
     if k.status == KernelStatus.RUNNING:
         transition(k, KernelStatus.EXITED, changes)
@@ -81,9 +94,7 @@ async def record_running_exit(life: Life, agent_id: str, ev: KernelExit) -> Outc
         _mark(k, ev, changes_of(db))
         if s.type == SessionType.BATCH and k.role == "main":
             return Outcome(
-                SessionStatus.TERMINATED,
-                {"reason": "batch command finished", "exit_code": ev.exit_code},
-                ev.exit_code,
+                SessionStatus.TERMINATED, batch_info(ev, k.hostname, s.mem), ev.exit_code
             )
         return Outcome(SessionStatus.ERROR, exit_info(ev, k.hostname, preparing=False))
 

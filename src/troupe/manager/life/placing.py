@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.lifecycle import KernelStatus, SessionStatus, transition, utcnow
+from troupe.manager.life.admission import lost_states
 from troupe.manager.life.context import Life
 from troupe.manager.life.teardown import wipe_keys
 from troupe.manager.scheduler import Request, assign_gpus, schedule
@@ -55,6 +56,7 @@ async def place_pending(life: Life) -> Pass:
                 due = s.max_pending_seconds - waited + 0.05
                 result.next_due = due if result.next_due is None else min(result.next_due, due)
         agents = await life.fleet.states(db)
+        lost = await lost_states(life, db)
         decision = schedule(
             [
                 Request(
@@ -71,6 +73,7 @@ async def place_pending(life: Life) -> Pass:
                 for s in live
             ],
             agents,
+            lost,
         )
         free_gpus = {a.id: list(a.gpu_free_ids) for a in agents}
         for s in live:

@@ -10,7 +10,10 @@ Saved logs go first, then the rows: a manager stopped in between leaves rows wit
 which the next sweep deletes, rather than logs nobody can reach.
 
 The sweep also wipes private keys that final sessions still hold (sessions made final
-before keys were wiped at teardown, or by a step that does not wipe them).
+before keys were wiped at teardown, or by a step that does not wipe them), deletes the web
+UI's sign-ins that expired or whose user's key changed (:func:`prune_web_sessions`), and keeps
+saved logs within ``--saved-logs-total`` (each save does too; the sweep catches a budget lowered
+across a restart), oldest sessions' first (:meth:`troupe.manager.logs.LogStore.trim`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.lifecycle import SESSION_FINAL, utcnow
+from troupe.manager import websessions
 from troupe.manager.life.context import Life
 from troupe.manager.store.models import Kernel, Session
 
@@ -37,6 +41,15 @@ BATCH = 200
 async def sweep(life: Life, now: datetime | None = None) -> int:
     """Deletes the finished sessions past retention; returns how many."""
     await _wipe_leftover_keys(life)
+    trimmed = await asyncio.to_thread(life.logs.trim)
+    if trimmed:
+        log.info("saved logs: deleted those of %d session(s) to keep the total", len(trimmed))
+    total = await _forget_old_sessions(life, now)
+    await prune_web_sessions(life, now)
+    return total
+
+
+async def _forget_old_sessions(life: Life, now: datetime | None) -> int:
     days = life.config.retention_days
     if days <= 0:
         return 0
@@ -85,3 +98,15 @@ async def _wipe_leftover_keys(life: Life) -> None:
         )
 
     await life.store.write(wipe)
+
+
+async def prune_web_sessions(life: Life, now: datetime | None = None) -> int:
+    """Deletes web sessions that can sign no one in any more; returns how many."""
+
+    async def prune(db: AsyncSession) -> int:
+        return await websessions.prune(db, now)
+
+    pruned = await life.store.write(prune)
+    if pruned:
+        log.info("retention: deleted %d ended web session(s)", pruned)
+    return pruned

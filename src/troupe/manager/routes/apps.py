@@ -18,7 +18,7 @@ from troupe.api.models import AppInfo
 from troupe.manager.apps.links import app_origin, issue_link
 from troupe.manager.apps.state import Apps
 from troupe.manager.deps import CurrentUser, RegistryDep
-from troupe.manager.routes.sessions import lookup
+from troupe.manager.reads.sessions import lookup
 
 router = APIRouter(tags=["apps"])
 log = logging.getLogger(__name__)

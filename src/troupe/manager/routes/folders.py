@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 from fastapi import APIRouter
@@ -9,11 +10,12 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from troupe.api.errors import Conflict, NotFound
-from troupe.api.lifecycle import SESSION_ACTIVE
+from troupe.api.errors import Conflict
 from troupe.api.models import FolderCreate, FolderInfo
 from troupe.manager.deps import DB, CurrentUser, RegistryDep
-from troupe.manager.store.models import Folder, Session
+from troupe.manager.reads.folders import find_folder, own_folders
+from troupe.manager.reads.sessions import folders_in_use
+from troupe.manager.store.models import Folder
 
 router = APIRouter(tags=["folders"])
 
@@ -49,28 +51,24 @@ async def create_folder(
         await db.commit()  # the unique (owner, name) constraint settles concurrent creates
     except IntegrityError:
         raise taken from None
-    (registry.config.folders_dir / f.id).mkdir(parents=True, exist_ok=True)
+    # Mode 0700 whatever the umask: a kernel's entrypoint gives it to the kernel's user work
+    # (uid 1000), whom it stays usable by (docs/reliability.md, finding N10).
+    path = registry.config.folders_dir / f.id
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(parents=True, mode=0o700)
+        path.chmod(0o700)
     return folder_info(f, user.name)
 
 
 @router.get("/folders", response_model=list[FolderInfo])
 async def list_folders(db: DB, user: CurrentUser) -> list[FolderInfo]:
-    rows = await db.execute(select(Folder).where(Folder.owner_id == user.id).order_by(Folder.name))
-    return [folder_info(f, user.name) for f in rows.scalars()]
+    return [folder_info(f, user.name) for f in await own_folders(db, user)]
 
 
 @router.delete("/folders/{name}", status_code=204)
 async def delete_folder(name: str, db: DB, user: CurrentUser, registry: RegistryDep) -> None:
-    f = (
-        await db.execute(select(Folder).where(Folder.owner_id == user.id, Folder.name == name))
-    ).scalar_one_or_none()
-    if f is None:
-        raise NotFound.of("folder", name)
-    rows = await db.execute(
-        select(Session).where(Session.owner_id == user.id, Session.status.in_(SESSION_ACTIVE))
-    )
-    users = [s.name for s in rows.scalars() if any(m["folder_id"] == f.id for m in s.mounts)]
-    if users:
+    f = await find_folder(db, user, name)
+    if users := (await folders_in_use(db, user.id)).get(f.id):
         raise Conflict(f"folder {name!r} is mounted by session(s) {', '.join(users)}", field="name")
     await db.delete(f)
     await db.commit()

@@ -23,7 +23,7 @@ from troupe.api.pipe import copy_command, relay_command, serve_pipe
 from troupe.cluster.contract import SSH_PORT
 from troupe.manager import kernel_io
 from troupe.manager.deps import DB, CurrentUser, authenticate
-from troupe.manager.routes.sessions import find_session, lookup
+from troupe.manager.reads.sessions import find_session, lookup
 from troupe.manager.streams import streams_of
 
 router = APIRouter(tags=["sessions"])

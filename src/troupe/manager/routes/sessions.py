@@ -1,104 +1,36 @@
 """/v1/sessions: create, list, get, wait, destroy, logs, exec, shell.
 
 Long requests (wait, logs, exec, shell) look the session up in a short transaction and hold
-no database connection while they wait or stream. Those that may last (wait, followed logs,
-exec, shell) each hold one of the user's stream slots (:mod:`troupe.manager.streams`), taken
+no database connection while they wait or stream. Those that may last (wait, logs, exec,
+shell) each hold one of the user's stream slots (:mod:`troupe.manager.streams`), taken
 after every other check and before the answer starts, released when they end or their client
-goes away.
+goes away. Look-ups and lists are :mod:`troupe.manager.reads`'s, shared with the web pages.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import orjson
 from fastapi import APIRouter, Query, Request, Response, WebSocket
 from fastapi.responses import StreamingResponse
-from sqlalchemy import Select, bindparam, case, select, tuple_
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import joinedload
-from sqlalchemy.sql.elements import BindParameter
 
 from troupe.api import exec as wire_exec
-from troupe.api.errors import NotFound, TroupeError
-from troupe.api.lifecycle import SESSION_ACTIVE, SessionStatus
+from troupe.api.errors import TroupeError
+from troupe.api.lifecycle import SessionStatus
 from troupe.api.models import ExecRequest, SessionCreate, SessionInfo
 from troupe.api.shell import serve_shell
 from troupe.manager import kernel_io, log_events
 from troupe.manager.deps import DB, CurrentUser, RegistryDep, StreamsDep, authenticate
-from troupe.manager.logs import after
-from troupe.manager.routes.views import (
-    session_columns,
-    session_info,
-    session_wires,
-)
-from troupe.manager.store.models import Session, User
+from troupe.manager.reads.sessions import list_page, lookup, session_by_ref
+from troupe.manager.reads.wire import session_info
 from troupe.manager.streams import SlotResponse, streams_of, unless_disconnected
 
 router = APIRouter(tags=["sessions"])
 #: Sessions in one answer of ``GET /v1/sessions`` unless ``limit`` says, and the most it may.
 LIST_LIMIT, LIST_MAX = 100, 1000
-#: ``status IN (...)`` written out as the text of the partial indexes on active sessions, so
-#: that the planner uses them (SQLite matches an index's WHERE against literal terms only).
-ACTIVE: BindParameter[list[str]] = bindparam(
-    "active", sorted(SESSION_ACTIVE), expanding=True, literal_execute=True
-)
-
-
-@functools.cache
-def list_query(own: bool, active: bool, paged: bool) -> Select[Any]:
-    """The list's statement for one combination of its filters, built once: its values are
-    parameters (``owner_id``, ``limit``, ``mark_at``, ``mark_id``). Building the statement
-    for each request, and SQLAlchemy matching a new statement's columns to its cached
-    compiled form, cost a page a fifth of its time."""
-    q = session_columns()
-    if own:
-        q = q.where(Session.owner_id == bindparam("owner_id"))
-    if active:
-        q = q.where(Session.status.in_(ACTIVE))
-    if paged:
-        mark = tuple_(bindparam("mark_at", type_=Session.created_at.type), bindparam("mark_id"))
-        q = q.where(tuple_(Session.created_at, Session.id) < mark)
-    return q.order_by(Session.created_at.desc(), Session.id.desc()).limit(bindparam("limit"))
-
-
-def lookup_query(user: User, ref: str) -> Select[Session]:
-    """By id or name, among the user's own sessions (all for admins; own first).
-
-    A name means the active session of that name, else the newest finished one, so logs of a
-    destroyed session stay reachable by name.
-    """
-    by_id, by_name = Session.id == ref, Session.name == ref
-    if not user.admin:  # in each branch: one index search each (id; owner and name)
-        by_id, by_name = (
-            by_id & (Session.owner_id == user.id),
-            by_name & (Session.owner_id == user.id),
-        )
-    active = case((Session.status.in_(SESSION_ACTIVE), 0), else_=1)
-    mine = case((Session.owner_id == user.id, 0), else_=1)
-    return (
-        select(Session)
-        .where(by_id | by_name)
-        .order_by(mine, active, Session.created_at.desc())
-        .limit(1)
-        .options(joinedload(Session.owner), joinedload(Session.kernels))  # one query
-    )
-
-
-async def find_session(db: AsyncSession, user: User, ref: str) -> Session:
-    """The session :func:`lookup_query` names; :class:`NotFound` if none."""
-    s = (await db.execute(lookup_query(user, ref))).unique().scalar_one_or_none()
-    if s is None:
-        raise NotFound.of("session", ref)
-    return s
-
-
-async def lookup(request: Request | WebSocket, user: User, ref: str) -> Session:
-    async with request.app.state.db() as db:
-        return await find_session(db, user, ref)
 
 
 @router.post("/sessions", status_code=201, response_model=SessionInfo)
@@ -126,22 +58,11 @@ async def list_sessions(
     ``all``), oldest first. When older ones remain, a ``Link: <...>; rel="next"`` header gives
     the next page: the same query with ``before`` the first session's id.
 
-    Sent as :func:`~troupe.manager.routes.views.session_wire` data dumped with orjson, the
+    Sent as :func:`~troupe.manager.reads.wire.session_wire` data dumped with orjson, the
     JSON of the ``SessionInfo`` models the schema names (held together by a property test)."""
-    params: dict[str, Any] = {"owner_id": user.id, "limit": limit + 1}
-    if before is not None:
-        mark = select(Session.created_at, Session.id).where(Session.id == before)
-        if not user.admin:
-            mark = mark.where(Session.owner_id == user.id)
-        row = (await db.execute(mark)).one_or_none()
-        if row is None:
-            raise NotFound.of("session", before)
-        params.update(mark_at=row.created_at, mark_id=row.id)
-    q = list_query(own=not user.admin, active=not all, paged=before is not None)
-    page = await session_wires(db, q, params)
+    page, more = await list_page(db, user, "all" if all else "active", limit, before)
     headers = {}
-    if len(page) > limit:
-        page = page[:limit]
+    if more:
         after = request.url.include_query_params(before=page[-1]["id"])
         headers["Link"] = f'<{after.path}?{after.query}>; rel="next"'
     return Response(orjson.dumps(page[::-1]), media_type="application/json", headers=headers)
@@ -149,7 +70,7 @@ async def list_sessions(
 
 @router.get("/sessions/{ref}", response_model=SessionInfo)
 async def get_session(ref: str, db: DB, user: CurrentUser) -> SessionInfo:
-    return session_info(await find_session(db, user, ref))
+    return await session_by_ref(db, user, ref)
 
 
 @router.get("/sessions/{ref}/wait", response_model=SessionInfo)
@@ -203,32 +124,44 @@ async def session_logs(
     container: Annotated[str | None, Query(description="hostname, e.g. sub1")] = None,
     follow: bool = False,
     since: Annotated[
-        str, Query(max_length=40, description="only lines after this timestamp (an event id)")
+        str,
+        Query(
+            max_length=40,
+            description="only lines later than this RFC 3339 timestamp (UTC), in every kernel",
+        ),
     ] = "",
 ) -> StreamingResponse:
-    """Logs of every kernel (``[host]`` prefixes) or of one; ``follow`` streams new lines
-    until the kernels end or the client leaves (headers are sent at once).
+    """Logs of every kernel (``[host]`` prefixes, merged in time order) or of one; ``follow``
+    streams new lines until the kernels end or the client leaves (headers are sent at once).
 
-    With ``Accept: text/event-stream`` the lines come as server-sent events (see
-    :mod:`troupe.manager.log_events`): each with its timestamp as id, so a client that
-    reconnects (``Last-Event-ID``) resumes without repeats, and a comment while quiet.
+    Every logs request, followed or not, holds one of the user's stream slots (429 when they
+    are all taken): a merged log of many kernels takes a while. With
+    ``Accept: text/event-stream`` the lines come as server-sent events (see
+    :mod:`troupe.manager.log_events`): each with an id saying where the stream is in every
+    kernel, so a client that reconnects (``Last-Event-ID``) resumes exactly, and a comment
+    while quiet. A malformed ``Last-Event-ID`` or ``since`` is 422.
     """
     s = await lookup(request, user, ref)
-    # a bad name (422) or an unreachable agent (502) is refused before the response starts
-    lines = kernel_io.logs(registry.fleet, registry.life.logs, s, container, follow)
-    lines = after(lines, request.headers.get("last-event-id", "")[:40] or since)
+    # a bad name or position (422) or an unreachable agent (502) is refused before the
+    # response starts
+    lines, cursor = kernel_io.logs(
+        registry.fleet,
+        registry.life.logs,
+        s,
+        container,
+        follow,
+        last_event_id=request.headers.get("last-event-id", ""),
+        since=since,
+    )
+    body: AsyncIterator[bytes]
     if "text/event-stream" in request.headers.get("accept", ""):
-        body, media_type = (
-            log_events.events(lines, registry.config.keepalive_seconds),
-            log_events.MEDIA_TYPE,
-        )
+        body = log_events.events(lines, cursor, registry.config.keepalive_seconds)
+        media_type = log_events.MEDIA_TYPE
     else:
-        body, media_type = (
-            log_events.plain(lines, prefixed=container is None),
-            "text/plain; charset=utf-8",
-        )
+        body = log_events.plain(lines, prefixed=container is None)
+        media_type = "text/plain; charset=utf-8"
     if not follow:
-        return StreamingResponse(body, media_type=media_type)
+        body = log_events.batched(body)
     return SlotResponse(streams.open(user), body, media_type=media_type)
 
 

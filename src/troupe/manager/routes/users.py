@@ -13,23 +13,24 @@ from __future__ import annotations
 import asyncio
 import secrets
 from dataclasses import asdict
-from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field, field_validator
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from troupe.api.errors import Conflict, Forbidden, Invalid, NotFound
-from troupe.api.lifecycle import SESSION_ACTIVE, utcnow
-from troupe.api.models import Name, Strict, UserCreate, UserInfo, parse_size
+from troupe.api.errors import Conflict, Forbidden, Invalid
+from troupe.api.lifecycle import utcnow
+from troupe.api.models import UserCreate, UserInfo
+from troupe.api.users import Limits, LimitsUpdate, Usage, UserDetail, UserListed
 from troupe.manager import quotas
 from troupe.manager.auth import REVOKED, create_user, is_revoked, revoke_key, rotate_key
 from troupe.manager.deps import DB, AdminUser, CurrentUser, RegistryDep
 from troupe.manager.life.admission import active_usage, owner_lock
+from troupe.manager.reads.sessions import active_names
+from troupe.manager.reads.users import find_user, live_users
 from troupe.manager.routes.folders import delete_owned
-from troupe.manager.store.models import Session, User
+from troupe.manager.store.models import User
 
 router = APIRouter(tags=["users"])
 
@@ -37,59 +38,6 @@ router = APIRouter(tags=["users"])
 _changes = asyncio.Lock()
 #: ``/users/me`` is the caller: no user may be called so.
 RESERVED = "me"
-
-
-# -- wire models -------------------------------------------------------------------------
-class LimitsUpdate(Strict):
-    """A user's own limits; a key given null goes back to the server's default, a key left
-    out keeps its value."""
-
-    sessions: int | None = Field(None, ge=0, description="active sessions")
-    kernels: int | None = Field(None, ge=0, description="kernels of active sessions")
-    cpu: float | None = Field(None, ge=0, allow_inf_nan=False, description="cores in use")
-    mem: int | None = Field(None, ge=0, description="bytes in use, or a size such as 64g")
-    gpu: int | None = Field(None, ge=0, description="GPUs in use")
-    streams: int | None = Field(None, ge=1, description="concurrent waits, follows, execs")
-    max_priority: int | None = Field(None, ge=-100, le=100, description="highest priority")
-    groups: list[Name] | None = Field(None, description="resource groups the user may use")
-
-    @field_validator("mem", mode="before")
-    @classmethod
-    def _size(cls, v: object) -> object:
-        return None if v is None else parse_size(v)
-
-
-class Limits(BaseModel):
-    """Effective limits (null: none)."""
-
-    sessions: int | None = None
-    kernels: int | None = None
-    cpu: float | None = None
-    mem: int | None = None
-    gpu: int | None = None
-    streams: int | None = None
-    max_priority: int | None = None
-    groups: list[str] | None = None
-
-
-class Usage(BaseModel):
-    """What the user's active sessions hold."""
-
-    sessions: int = 0
-    kernels: int = 0
-    cpu: float = 0.0
-    mem: int = 0
-    gpu: int = 0
-
-
-class UserListed(UserInfo):
-    revoked: bool = Field(False, description="the key was revoked (rotate gives a new one)")
-
-
-class UserDetail(UserListed):
-    limits: Limits = Field(description="effective limits: the user's own over the defaults")
-    overrides: dict[str, Any] = Field(description="the limits an admin set for this user")
-    usage: Usage
 
 
 def listed(u: User) -> UserListed:
@@ -111,14 +59,6 @@ async def detail(db: AsyncSession, u: User, registry: RegistryDep) -> UserDetail
 
 def with_key(u: User, key: str) -> UserInfo:
     return UserInfo(id=u.id, name=u.name, admin=u.admin, created_at=u.created_at, api_key=key)
-
-
-async def find_user(db: AsyncSession, name: str) -> User:
-    row = await db.execute(select(User).where(User.name == name, User.deleted_at.is_(None)))
-    user = row.scalar_one_or_none()
-    if user is None:
-        raise NotFound.of("user", name)
-    return user
 
 
 async def check_not_last_admin(db: AsyncSession, user: User) -> None:
@@ -157,8 +97,7 @@ async def new_user(req: UserCreate, db: DB, _: AdminUser) -> UserInfo:
 
 @router.get("/users", response_model=list[UserListed])
 async def list_users(db: DB, _: AdminUser) -> list[UserListed]:
-    rows = await db.execute(select(User).where(User.deleted_at.is_(None)).order_by(User.name))
-    return [listed(u) for u in rows.scalars()]
+    return [listed(u) for u in await live_users(db)]
 
 
 @router.get("/users/me", response_model=UserDetail)
@@ -235,13 +174,7 @@ async def delete_user(name: str, _: AdminUser, registry: RegistryDep) -> None:
             user_id = (await find_user(db, name)).id
         async with owner_lock(user_id), registry.store() as db:
             user = await find_user(db, name)
-            active = await db.execute(
-                select(Session.name)
-                .where(Session.owner_id == user.id, Session.status.in_(SESSION_ACTIVE))
-                .order_by(Session.created_at)
-            )
-            names = list(active.scalars())
-            if names:
+            if names := await active_names(db, user.id):
                 raise Conflict(
                     f"user {name!r} has active session(s) {', '.join(names)}; destroy them first"
                 )

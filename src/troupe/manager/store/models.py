@@ -37,7 +37,17 @@ from troupe.api.lifecycle import (
 from troupe.api.models import SessionType
 from troupe.cluster.contract import ClusterMode, DistEnvMode
 
-__all__ = ["Agent", "Base", "Folder", "Kernel", "Session", "User", "utcnow"]
+__all__ = [
+    "Agent",
+    "Base",
+    "Folder",
+    "Kernel",
+    "Session",
+    "SessionUsage",
+    "User",
+    "WebSession",
+    "utcnow",
+]
 
 
 #: The partial index's predicate (migration 0003 writes the same text).
@@ -101,6 +111,19 @@ class User(Base):
     limits: Mapped[dict[str, Any]] = mapped_column(default=dict)
     #: set when an admin deleted the user (kept for the sessions and folders it owned)
     deleted_at: Mapped[datetime | None] = mapped_column()
+
+
+class WebSession(Base):
+    """A sign-in of the web UI (see manager/websessions.py); its cookie's token is not stored."""
+
+    __tablename__ = "web_sessions"
+    #: SHA-256 of the cookie's random token
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    #: the user's ``key_hash`` at sign-in: once the key is revoked or rotated it differs
+    key_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
 
 
 class Agent(Base):
@@ -243,3 +266,16 @@ class Kernel(Base):
     version: Mapped[int] = mapped_column(Integer, server_default="0")
     session: Mapped[Session] = relationship(back_populates="kernels")
     __mapper_args__ = {"version_id_col": version}  # noqa: RUF012
+
+
+class SessionUsage(Base):
+    """What a finished session's kernels used (docs/metrics.md), written when it finished;
+    deleted with the session (retention)."""
+
+    __tablename__ = "session_usage"
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    #: a :class:`troupe.api.metrics.UsageSummary`
+    summary: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

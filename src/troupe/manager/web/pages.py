@@ -1,9 +1,9 @@
 """The web UI's pages (server-rendered Jinja2), its sign-in, one live event stream per page,
 the launch dialog's capacity answer and the API docs served from local files.
 
-Pages read through the same functions as the REST API (``find_session``, ``session_infos``,
-``list_agents``, ``list_images``), so they show what the CLI shows; everything that changes
-state goes through ``/v1`` from the browser, authenticated by the sign-in cookie.
+Pages read through :mod:`troupe.manager.reads`, as the REST API does, so they show what the
+CLI shows; everything that changes state goes through ``/v1`` from the browser, authenticated
+by the sign-in cookie.
 """
 
 from __future__ import annotations
@@ -19,27 +19,32 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe import __version__
-from troupe.api.errors import Invalid, NotFound, TroupeError, Unauthorized
-from troupe.api.lifecycle import SESSION_ACTIVE, SESSION_FINAL, Change
-from troupe.api.models import AgentInfo, Resources, SessionInfo, parse_size
+from troupe.api.edge import http_status
+from troupe.api.errors import Invalid, TroupeError, Unauthorized
+from troupe.api.lifecycle import Change
+from troupe.api.models import AgentInfo, Resources, parse_size
 from troupe.cluster.contract import ClusterMode
-from troupe.manager import log_events
-from troupe.manager.auth import user_for_key
+from troupe.manager import log_events, websessions
 from troupe.manager.deps import DB, CurrentUser, RegistryDep, StreamsDep
-from troupe.manager.routes.misc import list_agents, list_images
-from troupe.manager.routes.sessions import find_session
-from troupe.manager.routes.views import session_columns, session_info, session_infos
-from troupe.manager.store.models import Folder, Session, User
+from troupe.manager.reads.agents import agent_infos, image_infos
+from troupe.manager.reads.folders import own_folders
+from troupe.manager.reads.sessions import (
+    Which,
+    folders_in_use,
+    list_page,
+    session_by_ref,
+    sessions_by_id,
+)
+from troupe.manager.reads.wire import as_infos
+from troupe.manager.store.models import User
 from troupe.manager.streams import SlotResponse
 from troupe.manager.web import signin, views
 
 HERE = Path(__file__).parent
 STATIC = "/static"
-#: Sessions on one page of the list (the newest).
+#: Sessions on one page of the list (newest first; an "Older sessions" link to the next).
 PAGE = 200
 #: Pages allow scripts, styles and connections to this origin only (xterm.js sets styles).
 CSP = (
@@ -61,7 +66,7 @@ class SignInNeeded(Exception):
 
 
 async def page_user(request: Request, db: DB) -> User:
-    user = await signin.user_of_cookie(db, request)
+    user = await websessions.user_of_cookie(db, request)
     if user is None:
         raise SignInNeeded(request.url.path)
     return user
@@ -98,61 +103,26 @@ async def signin_submit(request: Request, db: DB) -> Response:
     key = (form.get("api_key") or [""])[0].strip()
     target = local_path((form.get("next") or ["/"])[0])
     try:
-        signin.check_origin(request)
+        websessions.check_origin(request)
     except TroupeError as e:
         return render(request, "signin.html", 403, next=target, error=e.message, user=None)
-    user = await user_for_key(db, key) if key else None
-    if user is None:
+    token = await signin.sign_in(db, key)
+    if token is None:
         error = "Enter your API key." if not key else "That API key is not valid."
         return render(request, "signin.html", 401, next=target, error=error, user=None)
     response = RedirectResponse(target, status_code=303)
-    secure = request.url.scheme == "https"
-    signin.set_cookie(response, signin.make_cookie(signin.secret_of(request), user), secure)
+    signin.set_cookie(response, token, secure=request.url.scheme == "https")
     return response
 
 
 @router.post("/signout")
-async def signout(request: Request) -> Response:
-    signin.check_origin(request)
+async def signout(request: Request, db: DB) -> Response:
+    """Ends the web session on the server (a copied cookie stops working), then the cookie."""
+    websessions.check_origin(request)
+    await signin.sign_out(db, request)
     response = RedirectResponse("/signin", status_code=303)
     signin.clear_cookie(response)
     return response
-
-
-# -- reading --------------------------------------------------------------------------------
-def visible(user: User) -> Any:
-    """The sessions ``user`` may see: their own, or everyone's for admins."""
-    q = session_columns()
-    return q if user.admin else q.where(Session.owner_id == user.id)
-
-
-async def session_list(db: AsyncSession, user: User, finished: bool) -> list[SessionInfo]:
-    statuses = SESSION_FINAL if finished else SESSION_ACTIVE
-    q = (
-        visible(user)
-        .where(Session.status.in_(sorted(statuses)))
-        .order_by(Session.created_at.desc())
-        .limit(PAGE)
-    )
-    return await session_infos(db, q)
-
-
-async def sessions_by_id(db: AsyncSession, user: User, ids: set[str]) -> list[SessionInfo]:
-    return await session_infos(db, visible(user).where(Session.id.in_(sorted(ids))))
-
-
-async def one_session(db: AsyncSession, user: User, ref: str) -> SessionInfo:
-    """A session by id or name, the API's way: another user's is simply not found."""
-    return session_info(await find_session(db, user, ref))
-
-
-def folder_users(sessions: list[Session]) -> dict[str, list[str]]:
-    """folder id -> names of the active sessions that mount it."""
-    out: dict[str, list[str]] = {}
-    for s in sessions:
-        for m in s.mounts:
-            out.setdefault(str(m.get("folder_id")), []).append(s.name)
-    return out
 
 
 # -- pages ----------------------------------------------------------------------------------
@@ -163,20 +133,23 @@ async def sessions_page(
     user: PageUser,
     registry: RegistryDep,
     show: Annotated[str, Query(pattern="^(running|finished)$")] = "running",
+    before: Annotated[
+        str | None, Query(max_length=64, description="a session's id: the page before it")
+    ] = None,
 ) -> HTMLResponse:
-    sessions = await session_list(db, user, finished=show == "finished")
-    agents = await list_agents(db, user, registry)
-    folders = await db.execute(
-        select(Folder.name).where(Folder.owner_id == user.id).order_by(Folder.name)
-    )
+    which: Which = "final" if show == "finished" else "active"
+    page, more = await list_page(db, user, which, PAGE, before)
+    agents = await agent_infos(db, registry.fleet)
     return render(
         request,
         "sessions.html",
         user=user,
         nav="sessions",
         show=show,
-        sessions=sessions,
-        folders=list(folders.scalars()),
+        sessions=as_infos(page),
+        older=page[-1]["id"] if more else None,
+        paged=before is not None,
+        folders=[f.name for f in await own_folders(db, user)],
         groups=sorted({a.group for a in agents}) or ["default"],
         mode_help=views.MODE_HELP,
         largest=_largest(agents, Resources()),
@@ -185,7 +158,7 @@ async def sessions_page(
 
 @router.get("/sessions/{ref}")
 async def session_page(request: Request, ref: str, db: DB, user: PageUser) -> HTMLResponse:
-    s = await one_session(db, user, ref)
+    s = await session_by_ref(db, user, ref)
     return render(request, "session.html", user=user, nav="sessions", s=s)
 
 
@@ -193,7 +166,7 @@ async def session_page(request: Request, ref: str, db: DB, user: PageUser) -> HT
 async def logs_page(
     request: Request, ref: str, db: DB, user: PageUser, kernel: str = ""
 ) -> HTMLResponse:
-    s = await one_session(db, user, ref)
+    s = await session_by_ref(db, user, ref)
     names = [k.hostname for k in views.kernels_in_order(s.kernels)]
     chosen = kernel if kernel in names else ""
     return render(
@@ -203,20 +176,14 @@ async def logs_page(
 
 @router.get("/sessions/{ref}/terminal")
 async def terminal_page(request: Request, ref: str, db: DB, user: PageUser) -> HTMLResponse:
-    s = await one_session(db, user, ref)
+    s = await session_by_ref(db, user, ref)
     return render(request, "terminal.html", user=user, nav="sessions", s=s)
 
 
 @router.get("/folders")
 async def folders_page(request: Request, db: DB, user: PageUser) -> HTMLResponse:
-    rows = await db.execute(select(Folder).where(Folder.owner_id == user.id).order_by(Folder.name))
-    active = await db.execute(
-        select(Session).where(
-            Session.owner_id == user.id, Session.status.in_(sorted(SESSION_ACTIVE))
-        )
-    )
-    used = folder_users(list(active.scalars()))
-    folders = [(f, used.get(f.id, [])) for f in rows.scalars()]
+    used = await folders_in_use(db, user.id)
+    folders = [(f, used.get(f.id, [])) for f in await own_folders(db, user)]
     return render(request, "folders.html", user=user, nav="folders", folders=folders)
 
 
@@ -224,7 +191,7 @@ async def folders_page(request: Request, db: DB, user: PageUser) -> HTMLResponse
 async def agents_page(
     request: Request, db: DB, user: PageUser, registry: RegistryDep
 ) -> HTMLResponse:
-    agents = await list_agents(db, user, registry)
+    agents = await agent_infos(db, registry.fleet)
     return render(request, "agents.html", user=user, nav="agents", agents=agents)
 
 
@@ -249,14 +216,14 @@ async def fit(
         r = Resources(cpu=cpu, mem=parse_size(mem), gpu=gpu)
     except ValueError as e:
         raise Invalid(str(e).splitlines()[0]) from None
-    agents = await list_agents(db, user, registry)
+    agents = await agent_infos(db, registry.fleet)
     return JSONResponse({"largest": _largest(agents, r, group)})
 
 
 @router.get("/ui/images")
 async def images(user: CurrentUser, registry: RegistryDep) -> JSONResponse:
     """The agents' image names for the launch dialog's select (asked for when it opens)."""
-    names = sorted(i.name for i in await list_images(user, registry))
+    names = sorted(i.name for i in await image_infos(registry.fleet))
     return JSONResponse(names)
 
 
@@ -356,11 +323,11 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(TroupeError)
     async def _page_error(request: Request, e: TroupeError) -> Response:
         """Pages answer errors with a page; ``/v1`` and ``/ui`` keep the JSON shape."""
-        if request.url.path.startswith(web_paths) and request.method == "GET":
-            status = 404 if isinstance(e, NotFound) else 403
+        page = request.url.path == "/" or request.url.path.startswith(web_paths)
+        if page and request.method == "GET":
             if isinstance(e, Unauthorized):
                 return RedirectResponse("/signin", status_code=303)
-            return render(request, "error.html", status, user=None, message=e.message)
+            return render(request, "error.html", http_status(e), user=None, message=e.message)
         assert previous is not None
         result = previous(request, e)
         if asyncio.iscoroutine(result):

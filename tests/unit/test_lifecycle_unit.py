@@ -1,13 +1,24 @@
-"""troupe.api.lifecycle on its own: the tables, the named sets, transition() and begin()."""
+"""troupe.api.lifecycle: the tables, the named sets, transition() and begin(), on stand-in rows
+and on sessions stored through them (tests/lifehelpers.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.lifehelpers import (
+    add_user,
+    close,
+    default_kernel_status,
+    make_life,
+    session_path,
+    stored,
+)
 
 from troupe.api.lifecycle import (
     AGENT_MOVES,
@@ -29,6 +40,7 @@ from troupe.api.lifecycle import (
     can_move,
     transition,
 )
+from troupe.manager.life.context import load
 
 S, K, A = SessionStatus, KernelStatus, AgentStatus
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -240,3 +252,32 @@ def test_every_move_is_explained() -> None:
         edges = {(old, new) for old, news in moves.items() for new in news}
         assert set(WHY[enum]) == edges, enum
         assert all(WHY[enum].values())
+
+
+# -- stored rows: the same moves through the database (tests/lifehelpers.py) -----------------
+
+
+@pytest.mark.parametrize("status", list(S), ids=str)
+async def test_a_stored_session_reaches_every_status_through_the_table(
+    tmp_path: Path, status: SessionStatus
+) -> None:
+    life = await make_life(tmp_path)
+    try:
+        owner = await add_user(life.store)
+        with life.store.bus.subscribe() as published:
+            s = await stored(life.store, owner, status, size=2)
+            seen = [published.get_nowait() for _ in range(published.qsize())]
+        async with life.store() as db:
+            row = await load(db, s.id)
+        path = [S.PENDING, *session_path(status)]
+        assert row.status == status and list(row.timeline) == [p.value for p in path]
+        assert (row.started_at is not None) == (S.RUNNING in path)
+        assert (row.terminated_at is not None) == (status in SESSION_FINAL)
+        kernel = default_kernel_status(status)
+        assert [k.status for k in row.kernels] == [kernel, kernel]
+        # every move was published once, in order, after the commit
+        moves = [(c.old, c.new) for c in seen if c.kind == "session"]
+        assert moves == [("", "PENDING"), *pairwise(path)]
+        assert len([c for c in seen if c.kind == "kernel"]) == 2 * (1 + (kernel != K.PENDING))
+    finally:
+        await close(life)

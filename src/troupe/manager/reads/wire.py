@@ -223,6 +223,6 @@ async def session_wires(
     return out
 
 
-async def session_infos(db: AsyncSession, q: Select[Any]) -> list[SessionInfo]:
-    """:func:`session_wires` as models (the web pages read their attributes)."""
-    return [SessionInfo.model_validate(w) for w in await session_wires(db, q)]
+def as_infos(wires: Sequence[Mapping[str, Any]]) -> list[SessionInfo]:
+    """:func:`session_wires` data as models (the web pages read their attributes)."""
+    return [SessionInfo.model_validate(w) for w in wires]

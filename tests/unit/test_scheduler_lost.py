@@ -1,0 +1,30 @@
+"""LOST agents in the scheduler's why-pending report: named for the sessions they could hold
+once back, placing nothing meanwhile (docs/lifecycle.md, placing)."""
+
+from __future__ import annotations
+
+from tests.unit.test_scheduler import agent, req
+
+from troupe.manager.scheduler import schedule
+
+LOST = "agent {}: LOST (no heartbeat); waiting for it to come back"
+
+
+def test_a_group_with_only_lost_agents_names_those_that_could_hold_the_session() -> None:
+    lost = [agent("big", cpu=8, group="g"), agent("small", cpu=2, group="g")]
+    d = schedule([req("s", 2, cpu=2, group="g")], [], lost)
+    assert d.placements == {}
+    assert d.waiting == {"s": [LOST.format("big")]}  # small holds one kernel, not both
+    d = schedule([req("m", 2, cpu=2, group="g", mode="multi-node")], [], lost)
+    assert d.waiting == {"m": [LOST.format("big"), LOST.format("small")]}
+
+
+def test_lost_agents_follow_the_alive_ones_in_the_report() -> None:
+    d = schedule([req("s", 1, cpu=6)], [agent("a")], [agent("b", cpu=8)])
+    assert d.waiting["s"][0].startswith("agent a: cpu: needs 6 cores")
+    assert d.waiting["s"][-1] == LOST.format("b")
+
+
+def test_without_lost_agents_the_report_is_as_before() -> None:
+    d = schedule([req("s", 1, group="g")], [agent("a")])
+    assert d.waiting == {"s": ["no agent in resource group 'g'"]}
