@@ -24,6 +24,7 @@ from troupe.api.errors import AgentFailed, NotFound, TroupeError
 from troupe.api.exec import ExecExit, ExecItem, ExecOutput
 from troupe.api.metrics import AgentMetrics, HostSample, KernelSample, KernelSamples
 from troupe.api.models import GpuInfo, ImageInfo
+from troupe.api.pipe import RUNNER_DIR
 
 _ids = itertools.count(1)
 
@@ -77,6 +78,61 @@ class FakePipe:
 
     async def exit_code(self) -> int:
         return 0
+
+
+@dataclass
+class FakeApps:
+    """main1's apps as the runner's ``app.sh`` would report them (one set per agent: tests
+    use one session at a time). ``serving``: ports that answer; ``behaviour``: what starting
+    app NAME does (``serve`` its port, ``exit`` with code 1 after two log lines, ``hang``
+    until the time-out); every start is recorded in ``started``."""
+
+    serving: set[int] = field(default_factory=set)
+    behaviour: dict[str, str] = field(default_factory=dict)
+    started: list[str] = field(default_factory=list)
+    commands: list[list[str]] = field(default_factory=list)
+    #: app name -> "exit:N" / "timeout" once it ended
+    ended: dict[str, str] = field(default_factory=dict)
+    logs: dict[str, list[str]] = field(default_factory=dict)
+    #: set to an Event: a start waits for it before it reports (None: it does not)
+    start_gate: asyncio.Event | None = None
+
+    def report(self, name: str, port: int) -> list[str]:
+        if port in self.serving:
+            return [f"app {name} running "]
+        end = self.ended.get(name)
+        if end is None:
+            state = "stopped "
+        elif end == "timeout":
+            state = f"failed did not answer on port {port} in time and was stopped"
+        else:
+            state = f"failed exited with code {end.removeprefix('exit:')}"
+        return [f"app {name} {state}", *(f"log {name} {x}" for x in self.logs.get(name, []))]
+
+    async def run(self, args: list[str]) -> tuple[int, str]:
+        self.commands.append(args)
+        if args[0] == "status":
+            apps = [a.rpartition(":") for a in args[2:]]
+            return 0, "".join(line + "\n" for n, _, p in apps for line in self.report(n, int(p)))
+        name, port, command = args[2], int(args[3]), args[5]
+        if port not in self.serving:
+            self.started.append(name)
+            self.logs[name] = [f"troupe: starting {name}: {command}"]
+            if self.start_gate is not None:
+                await self.start_gate.wait()
+            what = self.behaviour.get(name, "serve")
+            if what == "serve":
+                self.serving.add(port)
+                self.ended.pop(name, None)
+            elif what == "exit":
+                self.logs[name] += [f"{name}: cannot start", f"troupe: {name} exited with code 1"]
+                self.ended[name] = "exit:1"
+            else:
+                self.logs[name].append(f"troupe: {name} did not answer on port {port}: stopped")
+                self.ended[name] = "timeout"
+        return (0 if port in self.serving else 1), "".join(
+            line + "\n" for line in self.report(name, port)
+        )
 
 
 class FakeAgent:
@@ -133,6 +189,10 @@ class FakeAgent:
         self.following = 0
         #: set to an Event: exec_stream waits for it before its output (None: it does not)
         self.exec_gate: asyncio.Event | None = None
+        #: image name -> its labels (image_labels answers {} for others)
+        self.labels: dict[str, dict[str, str]] = {}
+        #: the apps of main1 (exec of the runner's app.sh)
+        self.apps = FakeApps()
         #: samples :meth:`metrics` answers: (session id, hostname) -> samples (:meth:`sample`)
         self.samples: dict[tuple[str, str], list[KernelSample]] = {}
         self.metrics_interval = 5.0
@@ -164,6 +224,12 @@ class FakeAgent:
     async def has_image(self, name: str) -> bool:
         await self._step("has_image")
         return name in self.image_names
+
+    async def image_labels(self, name: str) -> dict[str, str]:
+        await self._step("image_labels")
+        if name not in self.image_names:
+            raise AgentFailed(f"inspecting image {name}: no such image")
+        return dict(self.labels.get(name, {}))
 
     async def used_subnets(self) -> list[str]:
         await self._step("used_subnets")
@@ -283,6 +349,11 @@ class FakeAgent:
             raise NotFound.of("container", container_id)
         if self.exec_gate is not None:
             await self.exec_gate.wait()
+        if command[:2] == ["/bin/sh", f"{RUNNER_DIR}/app.sh"]:
+            code, out = await self.apps.run(command[2:])
+            yield ExecOutput(out.encode())
+            yield ExecExit(code)
+            return
         yield ExecOutput(self.exec_output)
         yield ExecExit(self.exec_code)
 

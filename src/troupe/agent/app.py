@@ -89,6 +89,10 @@ def create_agent_app(backend: DockerAgent, token: str) -> FastAPI:
     async def has_image(name: str) -> bool:
         return await backend.has_image(name)
 
+    @app.get(f"{AGENT_PREFIX}/images/labels")
+    async def image_labels(name: str) -> dict[str, str]:
+        return await backend.image_labels(name)
+
     @app.get(f"{AGENT_PREFIX}/subnets")
     async def subnets() -> list[str]:
         return await backend.used_subnets()

@@ -31,7 +31,7 @@ from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
 from troupe.agent.exec import PipeIO, ShellIO
 from troupe.agent.files import discard, kernel_files, peers_started, remove_files
-from troupe.agent.images import list_images
+from troupe.agent.images import image_labels, list_images
 from troupe.agent.kernel import (
     KernelLimits,
     container_config,
@@ -234,6 +234,9 @@ class DockerAgent:
         except DockerError:
             return False
         return True
+
+    async def image_labels(self, name: str) -> dict[str, str]:
+        return await image_labels(self.docker, name)
 
     # -- networks --------------------------------------------------------------
     async def create_network(self, spec: NetworkSpec) -> None:

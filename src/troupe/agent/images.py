@@ -55,3 +55,11 @@ def image_infos(images: list[dict[str, Any]]) -> list[ImageInfo]:
 async def list_images(docker: aiodocker.Docker) -> list[ImageInfo]:
     with step("listing images"):
         return image_infos(await docker.images.list())
+
+
+async def image_labels(docker: aiodocker.Docker, name: str) -> dict[str, str]:
+    """The labels of image ``name``: the apps it declares (:mod:`troupe.api.apps`)."""
+    with step(f"inspecting image {name}"):
+        info = await docker.images.inspect(name)
+    labels = (info.get("Config") or {}).get("Labels") or {}
+    return {str(k): str(v) for k, v in labels.items()}

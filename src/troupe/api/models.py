@@ -405,6 +405,25 @@ class ImageInfo(BaseModel):
     has_sshd: bool | None = None
 
 
+#: An app's state in main1 (docs/apps.md, "States").
+AppState = Literal["stopped", "starting", "running", "failed"]
+
+
+class AppInfo(BaseModel):
+    """An app of a session's main1: one its image declares (``name``) or any port (``name``
+    is then the port's number)."""
+
+    name: str
+    port: int = Field(ge=1, le=65535)
+    state: AppState
+    #: the app's origin (a list), or a one-time link into it (an open); None: the server
+    #: serves no apps
+    url: str | None = None
+    #: the last lines of the app's log (``/home/work/.troupe/apps/<name>.log``) when it is
+    #: not running
+    log_tail: list[str] = Field(default_factory=list)
+
+
 class ErrorDetail(BaseModel):
     """What went wrong, as ``TroupeError.to_wire`` writes it and ``from_wire`` reads it
     (:mod:`troupe.api.errors`); the edge (:mod:`troupe.api.edge`) sets the HTTP status from

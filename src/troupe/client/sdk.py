@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from troupe.api.metrics import AgentUsage, SessionMetrics
     from troupe.api.models import (
         AgentInfo,
+        AppInfo,
         FolderInfo,
         ImageInfo,
         SessionCreate,
@@ -407,6 +408,21 @@ class Client:
         return _one(
             AgentUsage, self._req("GET", api_path("agents", name, "metrics"), params=params)
         )
+
+    # apps in main1 (docs/apps.md)
+    def list_apps(self, ref: str) -> list[AppInfo]:
+        """The apps main1's image declares, with their state and origin."""
+        from troupe.api.models import AppInfo
+
+        return _many(AppInfo, self._req("GET", session_path(ref, "apps")))
+
+    def open_app(self, ref: str, app: str | int) -> AppInfo:
+        """Starts app ``app`` (a declared name or a port number) if needed and waits until it
+        answers (up to a minute): the app with a one-time link into it in ``url``."""
+        from troupe.api.models import AppInfo
+
+        path = session_path(ref, "apps", str(app))
+        return _one(AppInfo, self._req("POST", path, timeout=120))
 
 
 def _sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any], str]]:

@@ -38,6 +38,9 @@ EXTRA: dict[str, set[int]] = {
     "POST /v1/sessions": {403, 507},  # quotas, resource groups; the data disk nearly full
     "GET /v1/sessions/{ref}/logs": {502},  # the kernel's agent
     "POST /v1/sessions/{ref}/exec": {409, 502},  # not RUNNING; the kernel's agent
+    "GET /v1/sessions/{ref}/apps": {409, 502},  # not RUNNING; main1's agent
+    # an admin's open of another user's app; not RUNNING or nothing on the port; main1's agent
+    "POST /v1/sessions/{ref}/apps/{app}": {403, 409, 502},
     "DELETE /v1/folders/{name}": {409},  # mounted by an active session
     "GET /v1/users/{name}": {403},  # someone else, for a user who is no admin
     "POST /v1/users/{name}/revoke": {409},  # the last admin

@@ -154,6 +154,10 @@ class RemoteAgent:
     async def has_image(self, name: str) -> bool:
         return bool(await self._call("GET", "/images/exists", params={"name": name}))
 
+    async def image_labels(self, name: str) -> dict[str, str]:
+        labels = await self._call("GET", "/images/labels", params={"name": name})
+        return {str(k): str(v) for k, v in (labels or {}).items()}
+
     async def used_subnets(self) -> list[str]:
         return list(await self._call("GET", "/subnets"))
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from troupe.client.cli import reach, session_exec, top
+from troupe.client.cli import apps, reach, session_exec, top
 from troupe.client.cli.choices import (
     CREATE_DEFAULTS,
     RESOURCE_DEFAULTS,
@@ -409,7 +409,9 @@ def destroy(name: NameArg, json_: JsonOpt = False) -> None:
         console.print(Text(f"session {s.name} ({s.id}): {s.status.value}"))
 
 
-# logs, exec, run, shell, then tunnel, ssh, ssh-config, forward, cp: after the commands above
+# logs, exec, run, shell, then tunnel, ssh, ssh-config, forward, cp, then apps, open: after the
+# commands above
 app.add_typer(session_exec.app)
 app.add_typer(reach.app)
+app.add_typer(apps.app)
 app.add_typer(top.session_app)
