@@ -31,7 +31,7 @@ from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
 from troupe.agent.exec import PipeIO, ShellIO
 from troupe.agent.files import discard, kernel_files, peers_started, remove_files
-from troupe.agent.images import image_labels, list_images
+from troupe.agent.images import has_image, image_labels, list_images
 from troupe.agent.kernel import (
     KernelLimits,
     container_config,
@@ -229,11 +229,7 @@ class DockerAgent:
         return await list_images(self.docker)
 
     async def has_image(self, name: str) -> bool:
-        try:
-            await self.docker.images.inspect(name)
-        except DockerError:
-            return False
-        return True
+        return await has_image(self.docker, name)
 
     async def image_labels(self, name: str) -> dict[str, str]:
         return await image_labels(self.docker, name)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiodocker
+from aiodocker.exceptions import DockerError
 
 from troupe.agent.engine import step
 from troupe.api.models import ImageInfo
@@ -55,6 +56,14 @@ def image_infos(images: list[dict[str, Any]]) -> list[ImageInfo]:
 async def list_images(docker: aiodocker.Docker) -> list[ImageInfo]:
     with step("listing images"):
         return image_infos(await docker.images.list())
+
+
+async def has_image(docker: aiodocker.Docker, name: str) -> bool:
+    try:
+        await docker.images.inspect(name)
+    except DockerError:
+        return False
+    return True
 
 
 async def image_labels(docker: aiodocker.Docker, name: str) -> dict[str, str]:
