@@ -79,7 +79,11 @@ def test_busy_idle_memory_oom_cli_and_summary(sampled: Server, tmp_path: Path) -
 
     background(sampled, sid, "main1", "sh -c 'while :; do :; done'")
     started = time.monotonic()
-    last = until(sampled, sid, lambda s: "main1" in s and s["main1"].cpu_cores > 0.3, 20)
+    # both kernels sampled (a kernel's first rate needs two reads, and the two may start on
+    # either side of a sampling round) and the busy one busy
+    last = until(
+        sampled, sid, lambda s: {"main1", "sub1"} <= s.keys() and s["main1"].cpu_cores > 0.3, 20
+    )
     took = time.monotonic() - started
     busy, idle = last["main1"], last["sub1"]
     assert busy.cpu_limit == 1 and busy.cpu_pct == pytest.approx(100 * busy.cpu_cores, abs=0.1)
