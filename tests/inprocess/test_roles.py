@@ -167,3 +167,25 @@ async def test_pending_and_never_fitting_sessions_name_the_role_and_kernel(
     )
     err = error_of(r)
     assert err["field"] == "roles" and "role gpu, kernel gpu1" in err["message"], err
+
+
+async def test_multi_node_roles_spread_when_no_agent_holds_them_all(manager: Harness) -> None:
+    await manager.register("r1", group="grp", cpu=2)
+    await manager.register("r2", group="grp", cpu=1)
+    roles = [{"name": "worker", "replicas": 2, "resources": {"cpu": 1}}]
+    s = await running(
+        manager,
+        "spread",
+        group="grp",
+        cluster_mode="multi-node",
+        resources={"cpu": 0.5},
+        roles=roles,
+    )
+    # main1 first on the roomiest; then the workers, the roomiest first again
+    assert [k["agent"] for k in s["kernels"]] == ["r1", "r1", "r2"]
+    # single-node, no agent of the group can ever hold them: refused, naming role and kernel
+    body = {"name": "one", "image": IMAGE, "group": "grp", "roles": roles}
+    r = await manager.client.post("/sessions", json={**body, "resources": {"cpu": 0.25}})
+    err = error_of(r)
+    assert err["code"] == "does_not_fit" and err["field"] == "roles", err
+    assert "role worker, kernel worker2: agent r1: cpu: needs 1 cores" in err["message"], err
