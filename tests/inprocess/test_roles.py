@@ -4,11 +4,13 @@ is refused naming the field, a session that does not fit names the role and the 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.inprocess.conftest import IMAGE, Harness
+from tests.inprocess.fake_agent import FakeAgent
 from tests.inprocess.helpers import error_of, get_when, running
 from tests.inprocess.test_hardening_users import create, new_user, refused, set_limits
 from troupe.api.agent import KernelSpec
@@ -189,3 +191,27 @@ async def test_multi_node_roles_spread_when_no_agent_holds_them_all(manager: Har
     err = error_of(r)
     assert err["code"] == "does_not_fit" and err["field"] == "roles", err
     assert "role worker, kernel worker2: agent r1: cpu: needs 1 cores" in err["message"], err
+
+
+async def test_gpu_roles_get_their_own_devices_and_hostfile_slots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CPU-only main next to GPU workers: only the workers hold GPUs."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    h = Harness(tmp_path)
+    h.local = FakeAgent("local", gpus=2)
+    h.agents = {"local": h.local}
+    await h.start()
+    try:
+        roles = [{"name": "worker", "replicas": 2, "resources": {"gpu": 1}}]
+        s = await running(h, "g", resources={"cpu": 0.5}, roles=roles)
+        assert [k["gpus"] for k in s["kernels"]] == [[], ["GPU-local-0"], ["GPU-local-1"]]
+        sp = spec(h, s, "worker2")
+        assert sp.gpus == ["GPU-local-1"] and sp.env["TROUPE_GPUS"] == "1"
+        assert spec(h, s, "main1").env["TROUPE_GPUS"] == "0"
+        hostfile = "main1 slots=1\nworker1 slots=1\nworker2 slots=1\n"
+        assert file_of(sp, "/home/config/hostfile") == hostfile
+        agents = (await h.client.get("/agents")).json()
+        assert agents[0]["gpu_free"] == 0
+    finally:
+        await h.stop()

@@ -96,3 +96,61 @@ def test_create_refuses_bad_roles(
 ) -> None:
     req, out, code = run(monkeypatch, *args)
     assert req is None and code == 2 and words in " ".join(out.split()), out
+
+
+def test_info_shows_each_kernels_role_image_and_resources(monkeypatch: pytest.MonkeyPatch) -> None:
+    from troupe.api.models import SessionInfo
+
+    def kernel(host: str, role: str, rank: int, image: str, cpu: float) -> dict[str, Any]:
+        resources = {"cpu": cpu, "mem": 2**28, "gpu": 0}
+        return {
+            "id": host,
+            "hostname": host,
+            "role": role,
+            "idx": 1,
+            "rank": rank,
+            "image": image,
+            "resources": resources,
+            "status": "RUNNING",
+        }
+
+    info = SessionInfo.model_validate(
+        {
+            "id": "i",
+            "name": "s",
+            "owner": "u",
+            "status": "RUNNING",
+            "type": "interactive",
+            "image": "troupe/base:0.1.0",
+            "cluster_size": 2,
+            "cluster_mode": "single-node",
+            "resources": {"cpu": 0.5, "mem": 2**28, "gpu": 0},
+            "mounts": [],
+            "dist_env": "default",
+            "group": "default",
+            "priority": 0,
+            "uid": 1000,
+            "gid": 1000,
+            "isolated_network": False,
+            "created_at": "2026-01-01T00:00:00Z",
+            "kernels": [
+                kernel("main1", "main", 0, "troupe/base:0.1.0", 0.5),
+                kernel("worker1", "worker", 1, "troupe/pytorch:0.1.0", 0.25),
+            ],
+        }
+    )
+
+    class Fake:
+        def get_session(self, name: str) -> SessionInfo:
+            return info
+
+    @contextmanager
+    def client() -> Iterator[Fake]:
+        yield Fake()
+
+    monkeypatch.setattr(sessions, "client", client)
+    r = CliRunner().invoke(sessions.app, ["info", "s"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0, r.output
+    assert "(per kernel; each kernel's below)" in r.output
+    worker = next(line for line in r.output.splitlines() if "worker1" in line)
+    assert "worker" in worker and "troupe/pytorch:0.1.0" in worker and "cpu 0.25" in worker

@@ -357,6 +357,11 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
         print_json(s)
         return
     r = s.resources
+    roles_differ = (
+        "; each kernel's below"
+        if any((k.image or s.image, k.resources or r) != (s.image, r) for k in s.kernels)
+        else ""
+    )
     network = s.network or "-"
     if s.subnet:
         network += f" ({s.subnet})"
@@ -371,7 +376,7 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
             ("type", s.type.value),
             ("image", s.image),
             ("cluster", f"{s.cluster_size} kernel(s), {s.cluster_mode.value}"),
-            ("resources", f"cpu {r.cpu:g}, mem {format_size(r.mem)}, gpu {r.gpu} (per kernel)"),
+            ("resources", f"{_kernel_resources(r)} (per kernel{roles_differ})"),
             (
                 "mounts",
                 ", ".join(m.folder + (" (ro)" if m.readonly else "") for m in s.mounts) or "-",
