@@ -83,3 +83,34 @@ def test_roles_images_cpus_variables_and_ssh(server: Server) -> None:
         assert out == "main1 slots=1\nworker1 slots=1\nworker2 slots=1\n"
     finally:
         c.destroy_session(name)
+
+
+def test_batch_role_commands_start_with_the_session(server: Server) -> None:
+    """A role's startup command runs in each of its kernels once the session is ready; main1's
+    command is the session's result."""
+    c = server.client()
+    name = f"rolesb-{uuid.uuid4().hex[:6]}"
+    worker = RoleSpec(
+        name="worker",
+        replicas=1,
+        startup_command="echo $BACKENDAI_CLUSTER_HOST > /tmp/hello; exec sleep 600",
+    )
+    main = (
+        "for i in $(seq 100); do"
+        ' [ "$(ssh worker1 cat /tmp/hello 2>/dev/null)" = worker1 ] && exit 7; sleep 0.2;'
+        " done; exit 1"
+    )
+    req = SessionCreate(
+        name=name,
+        image=BASE_IMAGE,
+        type="batch",
+        startup_command=main,
+        resources=Resources(cpu=0.25, mem=256 * 1024**2),
+        roles=[worker],
+    )  # type: ignore[arg-type]
+    c.create_session(req)
+    try:
+        info = c.wait_session(name, until="final", timeout=180)
+        assert (info.status, info.exit_code) == ("TERMINATED", 7), info.status_info
+    finally:
+        c.destroy_session(name)
