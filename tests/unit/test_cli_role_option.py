@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from troupe.client.cli import sessions
@@ -41,14 +42,15 @@ def test_parse_role_refuses(spec: str, words: str) -> None:
         parse_role(spec)
 
 
-class Sent(Exception):
-    """Raised by the fake client with the request the command built."""
-
-
 def run(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[Any, str, int]:
+    """The request ``troupe session create s ... ARGS`` sends (None: none), its output and
+    exit code; the fake client stops the command once it has the request."""
+    sent: list[Any] = []
+
     class Fake:
         def create_session(self, req: Any) -> None:
-            raise Sent(req)
+            sent.append(req)
+            raise typer.Exit(0)
 
     @contextmanager
     def client() -> Iterator[Fake]:
@@ -57,8 +59,7 @@ def run(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[Any, str, int]:
     monkeypatch.setattr(sessions, "client", client)
     argv = ["create", "s", "-i", "troupe/base:0.1.0", "--ssh-key", "none", *args]
     r = CliRunner().invoke(sessions.app, argv, env={"COLUMNS": "200"})
-    req = r.exception.args[0] if isinstance(r.exception, Sent) else None
-    return req, r.output, r.exit_code
+    return (sent[0] if sent else None), r.output, r.exit_code
 
 
 def test_create_with_roles(monkeypatch: pytest.MonkeyPatch) -> None:
