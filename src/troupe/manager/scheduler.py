@@ -117,32 +117,6 @@ class Request:
         )
 
 
-def request_of(
-    session_id: str,
-    group: str,
-    mode: str,
-    parts: Sequence[Part],
-    priority: int = 0,
-    order: float = 0.0,
-) -> Request:
-    """The request of a session's roles (in rank order): a plain one (no ``parts``) when every
-    kernel has main's shape, so today's sessions keep the fast path."""
-    main = parts[0]
-    same = all((p.cpu, p.mem, p.gpu) == (main.cpu, main.mem, main.gpu) for p in parts)
-    return Request(
-        session_id=session_id,
-        group=group,
-        mode=mode,
-        size=sum(p.kernels for p in parts),
-        cpu=main.cpu,
-        mem=main.mem,
-        gpu=main.gpu,
-        priority=priority,
-        order=order,
-        parts=() if same else tuple(parts),
-    )
-
-
 @dataclass
 class Decision:
     placements: dict[str, list[str]] = field(default_factory=dict)

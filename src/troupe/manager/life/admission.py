@@ -35,7 +35,8 @@ from troupe.api.models import SessionCreate
 from troupe.cluster import build_cluster, generate_ed25519
 from troupe.manager import quotas
 from troupe.manager.life.context import Life
-from troupe.manager.scheduler import Part, never_fits, request_of
+from troupe.manager.roles import request_of
+from troupe.manager.scheduler import Part, never_fits
 from troupe.manager.store.models import Folder, Kernel, Session, User
 from troupe.manager.store.unit import changes_of
 

@@ -16,7 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from troupe.api.lifecycle import KernelStatus, SessionStatus, transition, utcnow
 from troupe.manager.life.context import Life
 from troupe.manager.life.teardown import wipe_keys
-from troupe.manager.scheduler import Part, assign_gpus, request_of, schedule
+from troupe.manager.roles import request_of
+from troupe.manager.scheduler import Part, assign_gpus, schedule
 from troupe.manager.store.models import Kernel, Session
 from troupe.manager.store.unit import changes_of
 
