@@ -19,6 +19,8 @@ from troupe.cluster import (
     generate_ed25519,
     hostfile_text,
     known_hosts_text,
+    replicas_text,
+    role_error,
     ssh_client_config_text,
     sshd_config_text,
 )
@@ -244,3 +246,94 @@ def test_key_pair_repr_hides_private_key() -> None:
         assert body[:16] not in text
         assert pair.public_openssh in text
     assert isinstance(pair, SSHKeyPair)
+
+
+# --- roles (docs/contract.md, 'Roles') ---------------------------------------------------------
+
+role_layouts = st.lists(
+    st.tuples(st.text("abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=16), st.integers(1, 5)),
+    max_size=5,
+    unique_by=lambda r: r[0],
+).filter(lambda rs: all(n != "main" for n, _ in rs))
+
+
+@given(role_layouts, dist_envs)
+def test_build_cluster_with_roles(roles: list[tuple[str, int]], dist_env: str) -> None:
+    layout = [("main", 1), *roles]
+    size = sum(r for _, r in layout)
+    ids = _ids(size)
+    kernels = build_cluster(
+        ids[0],
+        ids,
+        "multi-node",
+        {"FOO": "top"},
+        dist_env,
+        layout=layout,
+        role_environ={n: {"FOO": n} for n, _ in roles},
+    )
+    hosts = [f"{n}{i}" for n, r in layout for i in range(1, r + 1)]
+    assert [k.hostname for k in kernels] == hosts
+    assert len(set(hosts)) == size  # no two roles' hosts collide
+    assert [k.rank for k in kernels] == list(range(size))
+    assert [(k.role, k.idx) for k in kernels] == [
+        (n, i) for n, r in layout for i in range(1, r + 1)
+    ]
+    replicas = ",".join(f"{n}:{r}" for n, r in layout)
+    for k in kernels:
+        env = k.env
+        assert set(CLUSTER_ENV_NAMES) <= env.keys()
+        assert env["BACKENDAI_CLUSTER_REPLICAS"] == replicas
+        assert env["BACKENDAI_CLUSTER_HOSTS"] == ",".join(hosts)
+        assert env["BACKENDAI_CLUSTER_ROLE"] == k.role
+        assert env["BACKENDAI_CLUSTER_IDX"] == str(k.idx)
+        assert env["BACKENDAI_CLUSTER_LOCAL_RANK"] == str(k.rank)
+        assert env["BACKENDAI_CLUSTER_HOST"] == f"{k.role}{k.idx}"
+        assert env["FOO"] == ("top" if k.role == "main" else k.role)
+
+
+def test_roles_example() -> None:
+    ids = _ids(5)
+    layout = [("main", 1), ("worker", 3), ("ps", 1)]
+    kernels = build_cluster(ids[0], ids, "multi-node", layout=layout)
+    assert [k.hostname for k in kernels] == ["main1", "worker1", "worker2", "worker3", "ps1"]
+    assert kernels[4].env["BACKENDAI_CLUSTER_REPLICAS"] == "main:1,worker:3,ps:1"
+    assert replicas_text(layout) == "main:1,worker:3,ps:1"
+    assert cluster_hostnames(3) == cluster_hostnames([("main", 1), ("sub", 2)])
+
+
+@pytest.mark.parametrize(
+    ("layout", "why"),
+    [
+        ([("worker", 1)], "first role must be main"),
+        ([("main", 2)], "first role must be main"),
+        ([("main", 1), ("sub1", 1)], "lowercase letters"),
+        ([("main", 1), ("Sub", 1)], "lowercase letters"),
+        ([("main", 1), ("a" * 17, 1)], "lowercase letters"),
+        ([("main", 1), ("ps", 1), ("ps", 2)], "given twice"),
+        ([("main", 1), ("main", 1)], "given twice"),
+        ([("main", 1), ("ps", 0)], "at least one replica"),
+    ],
+)
+def test_bad_layouts(layout: list[tuple[str, int]], why: str) -> None:
+    assert why in (role_error(layout) or "")
+    ids = _ids(max(1, sum(max(r, 0) for _, r in layout)))
+    with pytest.raises(ValueError, match=why):
+        build_cluster(ids[0], ids, "multi-node", layout=layout)
+
+
+def test_role_environ_reserved_refused() -> None:
+    ids = _ids(2)
+    with pytest.raises(ValueError, match="BACKENDAI_X"):
+        build_cluster(
+            ids[0],
+            ids,
+            "multi-node",
+            layout=[("main", 1), ("ps", 1)],
+            role_environ={"ps": {"BACKENDAI_X": "1"}},
+        )
+
+
+def test_hostfile_slots_per_host() -> None:
+    assert hostfile_text(["main1", "worker1"], [1, 4]) == "main1 slots=1\nworker1 slots=4\n"
+    with pytest.raises(ValueError):
+        hostfile_text(["main1", "worker1"], [1])

@@ -162,3 +162,51 @@ def test_input_not_modified() -> None:
     before = dict(env)
     derive_dist_env(env)
     assert env == before
+
+
+# --- roles: TF_CONFIG's task types (docs/contract.md, 'Roles') ---------------------------------
+
+
+def _tf(hosts: str, rank: int) -> dict[str, object]:
+    size = str(len(hosts.split(",")))
+    out: dict[str, object] = json.loads(derive_dist_env(_env(size, hosts, str(rank)))["TF_CONFIG"])
+    return out
+
+
+def test_tf_config_ps_makes_main_the_chief() -> None:
+    hosts = "main1,ps1,worker1,worker2"
+    cluster = {
+        "chief": ["main1:29500"],
+        "worker": ["worker1:29502", "worker2:29503"],
+        "ps": ["ps1:29501"],
+    }
+    assert _tf(hosts, 0) == {"cluster": cluster, "task": {"type": "chief", "index": 0}}
+    assert _tf(hosts, 1) == {"cluster": cluster, "task": {"type": "ps", "index": 0}}
+    assert _tf(hosts, 3) == {"cluster": cluster, "task": {"type": "worker", "index": 1}}
+
+
+def test_tf_config_without_ps_main_is_a_worker() -> None:
+    tf = _tf("main1,worker1,evaluator1,data1", 3)
+    assert tf["cluster"] == {
+        "worker": ["main1:29500", "worker1:29501", "data1:29503"],
+        "evaluator": ["evaluator1:29502"],
+    }
+    assert tf["task"] == {"type": "worker", "index": 2}
+
+
+def test_tf_config_chief_role_keeps_main_a_worker() -> None:
+    tf = _tf("main1,chief1,ps1", 0)
+    assert tf["cluster"] == {
+        "chief": ["chief1:29501"],
+        "worker": ["main1:29500"],
+        "ps": ["ps1:29502"],
+    }
+    assert tf["task"] == {"type": "worker", "index": 0}
+
+
+def test_hosts_without_roles_stay_workers_in_order() -> None:
+    tf = _tf("main1,sub1,sub2", 2)
+    assert tf == {
+        "cluster": {"worker": ["main1:29500", "sub1:29501", "sub2:29502"]},
+        "task": {"type": "worker", "index": 2},
+    }

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from troupe.manager.scheduler import AgentState, Request, never_fits, schedule
+from troupe.manager.scheduler import AgentState, Part, Request, never_fits, schedule
 
 G = 1024**3
 
@@ -94,7 +96,27 @@ def worlds(draw: st.DrawFn) -> tuple[list[Request], list[AgentState]]:
         )
         for i in range(draw(st.integers(0, 12)))
     ]
+    reqs = [with_roles(r, draw(st.lists(parts, max_size=3))) for r in reqs]
     return reqs, agents
+
+
+parts = st.builds(
+    Part,
+    role=st.sampled_from(["worker", "ps", "data"]),
+    kernels=st.integers(1, 3),
+    cpu=st.sampled_from([0.25, 0.5, 1, 2]),
+    mem=st.integers(1, 4).map(lambda m: m * G // 2),
+    gpu=st.integers(0, 1),
+)
+
+
+def with_roles(r: Request, roles: list[Part]) -> Request:
+    """``r`` as main (its own shape) plus ``roles`` (names made unique), or ``r`` if none."""
+    if not roles:
+        return r
+    roles = [p._replace(role=f"{p.role}{'x' * i}") for i, p in enumerate(roles)]
+    all_parts = (Part("main", 1, r.cpu, r.mem, r.gpu), *roles)
+    return replace(r, size=sum(p.kernels for p in all_parts), parts=all_parts)
 
 
 @settings(max_examples=300, deadline=None)
@@ -112,11 +134,11 @@ def test_never_overcommits_never_partial(world: tuple[list[Request], list[AgentS
         assert len(placed) == r.size  # all or nothing
         if r.mode == "single-node":
             assert len(set(placed)) == 1
-        for a in placed:
+        for a, k in zip(placed, r.kernel_shapes(), strict=True):
             assert by_id[a].group == r.group
-            used[a][0] += r.cpu
-            used[a][1] += r.mem
-            used[a][2] += r.gpu
+            used[a][0] += k.cpu
+            used[a][1] += k.mem
+            used[a][2] += k.gpu
     for a in agents:
         assert used[a.id][0] <= a.cpu + 1e-9
         assert used[a.id][1] <= a.mem
@@ -132,6 +154,14 @@ def plain_schedule(reqs: list[Request], agents: list[AgentState]) -> dict[str, l
         group = sorted(
             (a for a in free.values() if a.group == r.group), key=lambda a: (a.cpu_free, a.id)
         )
+        if r.parts:
+            placed = plain_roles(r, group)
+            if placed is None:
+                continue
+            for a_id, k in zip(placed, r.kernel_shapes(), strict=True):
+                free[a_id] = free[a_id].take(k, 1)
+            out[r.session_id] = placed
+            continue
         whole = [a for a in group if a.kernels_fitting(r) >= r.size]
         if whole:
             placed = [whole[0].id] * r.size  # the tightest fit in cores
@@ -149,9 +179,78 @@ def plain_schedule(reqs: list[Request], agents: list[AgentState]) -> dict[str, l
     return out
 
 
+def plain_roles(r: Request, group: list[AgentState]) -> list[str] | None:
+    """Roles of different shapes: one agent that fits every kernel together (the tightest in
+    cores), else (multi-node) role by role the roomiest agents first, as many as fit each."""
+    cpu, mem, gpu = r.totals()
+    for a in group:  # sorted by free cores, then id
+        if a.cpu_free + 1e-9 >= cpu and a.mem_free >= mem and a.gpu_free >= gpu:
+            return [a.id] * r.size
+    if r.mode != "multi-node":
+        return None
+    free = {a.id: a for a in group}
+    placed: list[str] = []
+    for p in r.parts:
+        left = p.kernels
+        for a in sorted(free.values(), key=lambda a: (a.cpu_free, a.id), reverse=True):
+            n = min(a.kernels_fitting(p), left)
+            free[a.id] = a.take(p, n)
+            placed += [a.id] * n
+            left -= n
+        if left:
+            return None
+    return placed
+
+
 @settings(max_examples=400, deadline=None)
 @given(worlds())
 def test_the_pass_places_as_the_plain_rule(world: tuple[list[Request], list[AgentState]]) -> None:
     """The pass's shortcuts change its speed, not one placement."""
     reqs, agents = world
     assert schedule(reqs, agents).placements == plain_schedule(reqs, agents)
+
+
+# --- roles: kernels of different shapes (docs/contract.md, 'Placement') ----------------------
+
+
+def roles_req(sid: str, mode: str = "single-node", **kw: object) -> Request:
+    """main (1 core) + worker:2 (2 cores, 1 GPU each) + ps:1 (0.5 core)."""
+    ps = Part("main", 1, 1, G), Part("worker", 2, 2, G, 1), Part("ps", 1, 0.5, G)
+    return Request(session_id=sid, group="default", mode=mode, size=4, cpu=1, mem=G, parts=ps, **kw)  # type: ignore[arg-type]
+
+
+def gpu_agent(i: str, cpu: float = 8, gpu: int = 2) -> AgentState:
+    return AgentState(id=i, group="default", cpu=cpu, mem=16 * G, gpu=gpu)
+
+
+def test_single_node_roles_need_one_agent_for_every_role() -> None:
+    assert schedule([roles_req("s")], [gpu_agent("a")]).placements == {"s": ["a"] * 4}
+    d = schedule([roles_req("s")], [gpu_agent("a", gpu=1), gpu_agent("b", gpu=1)])
+    assert d.placements == {}
+    assert any(
+        "role worker, kernel worker2" in line and "gpu: needs 1 GPUs, 0 GPUs free" in line
+        for line in d.waiting["s"]
+    )
+
+
+def test_multi_node_roles_spread_per_kernel_shape() -> None:
+    agents = [gpu_agent("a", cpu=3, gpu=1), gpu_agent("b", cpu=3, gpu=1)]
+    placed = schedule([roles_req("s", "multi-node")], agents).placements["s"]
+    # main1 and ps1 need no GPU; each worker takes one agent's only GPU
+    assert sorted(placed[1:3]) == ["a", "b"]
+
+
+def test_never_fits_names_the_role_and_kernel() -> None:
+    why = never_fits(roles_req("s"), [gpu_agent("a", gpu=1)])
+    assert why is not None and "role worker, kernel worker2" in why
+    why = never_fits(roles_req("s", "multi-node"), [gpu_agent("a", gpu=0), gpu_agent("b", gpu=0)])
+    assert why is not None and "role worker, kernel worker1" in why
+    assert (
+        never_fits(roles_req("s", "multi-node"), [gpu_agent("a", gpu=1), gpu_agent("b", gpu=1)])
+        is None
+    )
+
+
+def test_waiting_multi_node_roles_name_the_kernel() -> None:
+    d = schedule([roles_req("s", "multi-node")], [gpu_agent("a", gpu=1)])
+    assert all("role worker, kernel worker2" in line for line in d.waiting["s"][:1])

@@ -90,6 +90,10 @@ def stored(draw: st.DrawFn) -> tuple[dict[str, Any], str, list[dict[str, Any]]]:
             "oom_killed": draw(st.booleans()),
             "timeline": draw(phase_stamps),
             "gpus": draw(st.none() | st.lists(texts, max_size=2)),
+            "image": draw(texts),
+            "cpu": draw(st.floats(0.1, 64)),
+            "mem": draw(st.integers(1, 2**40)),
+            "gpu": draw(st.integers(0, 8)),
         }
         for i in range(size)
     ]

@@ -187,12 +187,17 @@ def check_against_python(run: Run, env: Mapping[str, str]) -> dict[str, str]:
 
 
 def kernel_env(
-    size: int, rank: int, user: Mapping[str, str] | None = None, per_container: bool = False
+    size: int,
+    rank: int,
+    user: Mapping[str, str] | None = None,
+    per_container: bool = False,
+    layout: Sequence[tuple[str, int]] | None = None,
 ) -> dict[str, str]:
-    """The environment the agent gives kernel `rank` of a `size`-kernel session."""
+    """The environment the agent gives kernel `rank` of a `size`-kernel session (of these
+    roles, when given)."""
     ids = [f"k{i}" for i in range(size)]
     dist_env: DistEnvMode = "per-container" if per_container else "default"
-    return build_cluster(ids[0], ids, "multi-node", user, dist_env)[rank].env
+    return build_cluster(ids[0], ids, "multi-node", user, dist_env, layout=layout)[rank].env
 
 
 # --- the cluster matrix -------------------------------------------------------------------------
@@ -399,3 +404,45 @@ def test_shell_matches_python(shell: list[str], script: Path, env: dict[str, str
         assert set(tf) == {"cluster", "task"}
         assert len(tf["cluster"]["worker"]) == int(env["BACKENDAI_CLUSTER_SIZE"])
         assert tf["task"]["type"] == "worker"
+
+
+# --- roles ------------------------------------------------------------------------------------
+
+#: Names like TensorFlow's task types and others, so every mapping of TF_CONFIG comes up.
+_ROLE_NAMES = ["chief", "worker", "ps", "evaluator", "sub", "data", "pss", "workers"]
+
+
+@st.composite
+def role_environs(draw: st.DrawFn) -> dict[str, str]:
+    names = draw(st.lists(st.sampled_from(_ROLE_NAMES), unique=True, max_size=4))
+    layout = [("main", 1)] + [(n, draw(st.integers(min_value=1, max_value=4))) for n in names]
+    size = sum(r for _, r in layout)
+    rank = draw(st.integers(min_value=0, max_value=size - 1))
+    env = kernel_env(size, rank, per_container=draw(st.booleans()), layout=layout)
+    if draw(st.integers(min_value=0, max_value=9)) == 0:  # a rank past the hosts' end
+        env["BACKENDAI_CLUSTER_LOCAL_RANK"] = str(size + draw(st.integers(0, 3)))
+    return env
+
+
+@settings(max_examples=60, deadline=None)
+@given(env=role_environs())
+def test_shell_matches_python_with_roles(
+    shell: list[str], script: Path, env: dict[str, str]
+) -> None:
+    run = run_sourced(shell, script, env)
+    check_against_python(run, env)
+
+
+def test_roles_tf_config_exact(shell: list[str], script: Path) -> None:
+    """docs/contract.md's example: main is the chief next to a ps role; ports by position."""
+    layout = [("main", 1), ("ps", 1), ("worker", 2)]
+    env = kernel_env(4, 3, layout=layout)
+    tf = json.loads(run_sourced(shell, script, env).environ["TF_CONFIG"])
+    assert tf == {
+        "cluster": {
+            "chief": ["main1:29500"],
+            "worker": ["worker1:29502", "worker2:29503"],
+            "ps": ["ps1:29501"],
+        },
+        "task": {"type": "worker", "index": 1},
+    }

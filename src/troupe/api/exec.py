@@ -16,8 +16,11 @@ from typing import Any, NamedTuple
 from troupe.api.errors import TroupeError, from_wire
 
 MEDIA_TYPE = "application/x-ndjson"
-#: The kernels an exec may name (:class:`~troupe.api.models.ExecRequest` checks the same).
-KERNEL_PATTERN = r"^(main1|sub[1-9][0-9]*)$"
+#: The kernels an exec may name (:class:`~troupe.api.models.ExecRequest` checks the same):
+#: hostnames ``<role><idx>`` (main1, sub1, worker2, ...; a role is a lowercase word), and of
+#: ``main`` only main1. Spelled without look-ahead: pydantic's regex engine has none.
+_NOT_MAIN = r"[a-z]{1,3}|[a-z]{5,16}|[a-ln-z][a-z]{3}|m[b-z][a-z]{2}|ma[a-hj-z][a-z]|mai[a-mo-z]"
+KERNEL_PATTERN = rf"^(main1|({_NOT_MAIN})[1-9][0-9]{{0,5}})$"
 _KERNEL = re.compile(KERNEL_PATTERN)
 #: Whom a command may run as (:data:`~troupe.api.models.ExecUser`).
 USERS = ("work", "root")

@@ -7,106 +7,51 @@ input with the same message naming the field and the rule.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from troupe.api import defaults
 from troupe.api.exec import KERNEL_PATTERN
 from troupe.api.lifecycle import AgentStatus, KernelStatus, SessionStatus
-from troupe.cluster.contract import (
-    RESERVED_ENV_PREFIX,
-    ClusterMode,
-    DistEnvMode,
-    reserved_names,
+from troupe.api.roles import ResolvedRole, RoleSpec, roles_error, total_kernels
+from troupe.api.values import (
+    ENV_NAME,
+    MAX_IMAGE_LENGTH,
+    Size,
+    check_environ,
+    check_image,
+    format_size,
+    image_reference_error,
+    parse_size,
 )
+from troupe.cluster.contract import MAIN_ROLE, SUB_ROLE, ClusterMode, DistEnvMode
 
-__all__ = ["AgentStatus", "ClusterMode", "DistEnvMode", "KernelStatus", "SessionStatus"]
+__all__ = [
+    "ENV_NAME",
+    "MAX_IMAGE_LENGTH",
+    "AgentStatus",
+    "ClusterMode",
+    "DistEnvMode",
+    "KernelStatus",
+    "ResolvedRole",
+    "RoleSpec",
+    "SessionStatus",
+    "format_size",
+    "image_reference_error",
+    "parse_size",
+]
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 #: The shape of a session's id (a UUID). No session may be named so: a reference that is some
 #: session's id always means that session (finding N3, docs/reliability.md).
 SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 
-def parse_size(value: object) -> int:
-    """Bytes from an int or a string such as ``512m``, ``1g``, ``1.5GiB`` (binary units)."""
-    if isinstance(value, bool):
-        raise ValueError("must be a size such as 512m or 2g")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        m = _SIZE.match(value)
-        if m:
-            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    raise ValueError("must be a size such as 512m or 2g")
-
-
-def format_size(n: int) -> str:
-    for unit, factor in (("g", 1024**3), ("m", 1024**2), ("k", 1024)):
-        if n >= factor and n % factor == 0:
-            return f"{n // factor}{unit}"
-    return str(n)
-
-
-# -- image references (Docker's grammar, distribution/reference) ----------------------------
-_PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*\Z", re.ASCII)
-_DOMAIN = re.compile(
-    r"(?:(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
-    r"(?:\.(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9]))*"
-    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?\Z",
-    re.ASCII,
-)
-_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z", re.ASCII)
-_DIGEST = re.compile(
-    r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}\Z", re.ASCII
-)
-MAX_IMAGE_LENGTH = 255
-
-
-def image_reference_error(ref: str) -> str | None:
-    """Why ``ref`` is no Docker image reference ``[domain/]path[:tag][@digest]`` (None: it is).
-
-    Path components are lowercase letters and digits joined by ``.``, ``_``, ``__`` or dashes;
-    the first component is a registry (``localhost``, or with a ``.`` or a ``:port``) only
-    if it looks like one. So ``..``, a leading ``/``, blanks and capitals are refused.
-    """
-    if not ref:
-        return "empty"
-    if len(ref) > MAX_IMAGE_LENGTH:
-        return f"longer than {MAX_IMAGE_LENGTH} characters"
-    name, at, digest = ref.partition("@")
-    if at and not _DIGEST.match(digest):
-        return "the digest must be ALGORITHM:HEX, e.g. sha256:<64 hex digits>"
-    slash, colon = name.rfind("/"), name.rfind(":")
-    if colon > slash:
-        name, tag = name[:colon], name[colon + 1 :]
-        if not _TAG.match(tag):
-            return "the tag must be letters, digits, _ . - (at most 128, not starting with . -)"
-    first, sep, rest = name.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        if not _DOMAIN.match(first):
-            return f"{first!r} is not a registry host[:port]"
-        name = rest
-    for part in name.split("/"):
-        if not _PATH_COMPONENT.match(part):
-            return (
-                f"path component {part!r} must be lowercase letters and digits, separated"
-                " by . _ __ or -"
-            )
-    return None
-
-
-Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="letters, digits, _ . -; 1-63")]
 
 
@@ -174,7 +119,14 @@ class SessionCreate(Strict):
         max_length=255,
         description="Docker image reference: name[:tag][@digest], e.g. troupe/base:0.1.0",
     )
-    cluster_size: int = Field(1, ge=1, description="number of kernels")
+    cluster_size: int = Field(
+        1, ge=1, description="number of kernels; with roles, their total (may be left out)"
+    )
+    roles: list[RoleSpec] | None = Field(
+        None,
+        description="the session's roles, main first unless implicit (then main has the "
+        "top-level image and resources); none: main:1 plus sub:cluster_size-1",
+    )
     cluster_mode: ClusterMode = ClusterMode.SINGLE_NODE
     resources: Resources = Field(default_factory=lambda: Resources())
     mounts: list[Mount] = Field(default_factory=list)
@@ -212,26 +164,12 @@ class SessionCreate(Strict):
     @field_validator("image")
     @classmethod
     def _image_reference(cls, image: str) -> str:
-        why = image_reference_error(image)
-        if why is not None:
-            shown = image if len(image) <= 80 else image[:77] + "..."
-            raise ValueError(f"{shown!r} is not a valid image reference: {why}")
-        return image
+        return check_image(image)
 
     @field_validator("environ")
     @classmethod
     def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
-        for key, value in env.items():
-            if not ENV_NAME.match(key):
-                raise ValueError(f"{key!r} is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
-            if reserved_names({key: value}):
-                raise ValueError(f"{key!r}: names starting with {RESERVED_ENV_PREFIX} are reserved")
-            if "\0" in value or "\n" in value:
-                raise ValueError(f"{key!r}: values may not contain NUL or newline")
-        port = env.get("BACKENDAI_DIST_MASTER_PORT")
-        if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
-            raise ValueError("BACKENDAI_DIST_MASTER_PORT must be a port number (1-65535)")
-        return env
+        return check_environ(env)
 
     @field_validator("mounts")
     @classmethod
@@ -250,11 +188,66 @@ class SessionCreate(Strict):
 
     @model_validator(mode="after")
     def _batch_needs_command(self) -> SessionCreate:
-        if self.type is SessionType.BATCH and not self.startup_command:
+        main = next((r for r in self.roles or [] if r.name == MAIN_ROLE), None)
+        command = self.startup_command or (main.startup_command if main else None)
+        if self.type is SessionType.BATCH and not command:
             raise ValueError("startup_command: required for batch sessions")
         if self.type is SessionType.INTERACTIVE and self.startup_command:
             raise ValueError("startup_command: only batch sessions run a startup command")
         return self
+
+    @model_validator(mode="after")
+    def _roles(self) -> SessionCreate:
+        """Each role's rules, naming the field (``roles[1].name: ...``); then
+        ``cluster_size`` is the roles' total (given, it must equal it)."""
+        if self.roles is None:
+            return self
+        why = roles_error(self.roles, self.type is SessionType.BATCH)
+        for i, role in enumerate(self.roles):
+            low = None if why else self._role_resources(role).below_minimum()
+            why = why or (f"roles[{i}].{low}" if low else None)
+        if why is not None:
+            raise ValueError(why)
+        total = total_kernels(self.roles)
+        if "cluster_size" in self.model_fields_set and self.cluster_size != total:
+            raise ValueError(
+                f"cluster_size: {self.cluster_size} is not the roles' total of {total}"
+                " kernels (leave it out, or give the total)"
+            )
+        self.cluster_size = total
+        return self
+
+    def _role_resources(self, role: RoleSpec) -> Resources:
+        given = role.resources.model_dump(exclude_none=True) if role.resources else {}
+        return self.resources.model_copy(update=given)
+
+    def resolved_roles(self) -> list[ResolvedRole]:
+        """Every role, main first, with the session's values where it gives none: without
+        roles ``main:1`` plus ``sub:cluster_size-1`` (today's sessions)."""
+        r = self.resources
+        top = ResolvedRole(MAIN_ROLE, 1, self.image, r.cpu, r.mem, r.gpu, {}, self.startup_command)
+        if self.roles is None:
+            sub = replace(top, name=SUB_ROLE, replicas=self.cluster_size - 1, startup_command=None)
+            return [top, sub] if self.cluster_size > 1 else [top]
+        out = [] if any(role.name == MAIN_ROLE for role in self.roles) else [top]
+        for role in self.roles:
+            main = role.name == MAIN_ROLE
+            res = self._role_resources(role)
+            resolved = ResolvedRole(
+                role.name,
+                role.replicas,
+                role.image or self.image,
+                res.cpu,
+                res.mem,
+                res.gpu,
+                dict(role.environ or {}),
+                role.startup_command or (self.startup_command if main else None),
+            )
+            if main:
+                out.insert(0, resolved)
+            else:
+                out.append(resolved)
+        return out
 
 
 class KernelInfo(BaseModel):
@@ -263,6 +256,9 @@ class KernelInfo(BaseModel):
     role: str
     idx: int
     rank: int
+    #: this kernel's image and resources (its role's; absent in data of older versions)
+    image: str | None = None
+    resources: Resources | None = None
     agent: str | None = None
     container_id: str | None = None
     ip: str | None = None

@@ -11,7 +11,6 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
 
 
 class ClusterMode(StrEnum):
@@ -28,7 +27,17 @@ class DistEnvMode(StrEnum):
     PER_CONTAINER = "per-container"
 
 
-Role = Literal["main", "sub"]
+#: A role's name: a lowercase word (``main``, ``sub``, ``worker``, ``ps`` ...). Hostnames are
+#: ``<role><idx>``, so a name with a digit could collide with another role's host (``sub`` and
+#: ``sub1``); letters only, and no two roles share a name, so no two hosts do.
+Role = str
+MAIN_ROLE = "main"
+#: The role of every kernel but main1 when a session names no roles (today's sessions).
+SUB_ROLE = "sub"
+ROLE_NAME_MAX = 16
+ROLE_NAME = re.compile(rf"[a-z]{{1,{ROLE_NAME_MAX}}}\Z")
+#: A session's roles in order, main first: (name, replicas).
+Layout = Sequence[tuple[str, int]]
 
 SSH_PORT = 2200
 DEFAULT_MASTER_PORT = 29500
@@ -72,11 +81,53 @@ def check_hostname(host: str) -> str:
     return host
 
 
-def cluster_hostnames(size: int) -> list[str]:
-    """Hostnames of a session of `size` kernels: `main1` first, then `sub1` ... `sub{size-1}`."""
+def default_layout(size: int) -> list[tuple[str, int]]:
+    """The roles of a session that names none: ``main:1`` plus ``sub:size-1``."""
     if size < 1:
         raise ValueError(f"cluster size must be at least 1, got {size}")
-    return ["main1", *(f"sub{i}" for i in range(1, size))]
+    return [(MAIN_ROLE, 1)] + ([(SUB_ROLE, size - 1)] if size > 1 else [])
+
+
+def role_error(layout: Layout) -> str | None:
+    """Why ``layout`` is no session's roles (None: it is one): main first with one replica,
+    each name a lowercase word given once, at least one replica each."""
+    if not layout or layout[0] != (MAIN_ROLE, 1):
+        return "the first role must be main with one replica"
+    seen: set[str] = set()
+    for name, replicas in layout:
+        if not ROLE_NAME.match(name):
+            return f"role name {name!r} must be 1-{ROLE_NAME_MAX} lowercase letters"
+        if name in seen:
+            return f"role {name!r} is given twice"
+        if replicas < 1:
+            return f"role {name!r} needs at least one replica"
+        seen.add(name)
+    return None
+
+
+def _layout_of(layout: Layout | int) -> list[tuple[str, int]]:
+    if isinstance(layout, int):
+        return default_layout(layout)
+    why = role_error(layout)
+    if why is not None:
+        raise ValueError(why)
+    return list(layout)
+
+
+def layout_hostnames(layout: Layout | int) -> list[tuple[str, int, str]]:
+    """(role, idx, hostname) of every kernel, in rank order: main1, then each role's
+    ``<role>1 ... <role>N`` in the roles' order."""
+    return [
+        (name, idx, f"{name}{idx}")
+        for name, replicas in _layout_of(layout)
+        for idx in range(1, replicas + 1)
+    ]
+
+
+def cluster_hostnames(size: Layout | int) -> list[str]:
+    """Hostnames of a session: of `size` kernels (`main1` first, then `sub1` ... `sub{size-1}`),
+    or of its roles in order (`main1, worker1, worker2, ps1`)."""
+    return [host for _, _, host in layout_hostnames(size)]
 
 
 @dataclass(frozen=True)
@@ -91,11 +142,10 @@ class KernelContract:
     env: dict[str, str]
 
 
-def replicas_text(size: int) -> str:
-    """`BACKENDAI_CLUSTER_REPLICAS` value: `main:1,sub:3`, or just `main:1` for size 1."""
-    if size < 1:
-        raise ValueError(f"cluster size must be at least 1, got {size}")
-    return "main:1" if size == 1 else f"main:1,sub:{size - 1}"
+def replicas_text(size: Layout | int) -> str:
+    """`BACKENDAI_CLUSTER_REPLICAS` value: `main:1,sub:3`, just `main:1` for size 1, or the
+    roles in order (`main:1,worker:3,ps:1`)."""
+    return ",".join(f"{name}:{replicas}" for name, replicas in _layout_of(size))
 
 
 def build_cluster(
@@ -104,8 +154,15 @@ def build_cluster(
     mode: ClusterMode | str,
     user_environ: Mapping[str, str] | None = None,
     dist_env: DistEnvMode | str = DistEnvMode.DEFAULT,
+    layout: Layout | None = None,
+    role_environ: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[KernelContract]:
-    """One contract per kernel (main1, sub1, ...), each with the environment the agent sets.
+    """One contract per kernel (main1, sub1, ... or main1 then each role's kernels), each with
+    the environment the agent sets.
+
+    ``layout``: the roles in order (default: ``main:1`` plus ``sub``); its total must be the
+    number of kernels. ``role_environ``: role -> variables of that role's kernels, over
+    ``user_environ``.
 
     `kernel_ids[0]` is main1's id and must equal `session_id`, as docs/contract.md, 'Environment
     in every kernel' promises programs that compare BACKENDAI_SESSION_ID with
@@ -123,15 +180,19 @@ def build_cluster(
     if len(set(kernel_ids)) != size:
         raise ValueError("kernel ids must be unique")
     user = dict(user_environ or {})
-    reserved = reserved_names(user)
+    per_role = {name: dict(env) for name, env in (role_environ or {}).items()}
+    reserved = sorted({n for env in (user, *per_role.values()) for n in reserved_names(env)})
     if reserved:
         raise ValueError(f"reserved environment variable(s) cannot be set: {', '.join(reserved)}")
 
-    hosts = cluster_hostnames(size)
+    roles = _layout_of(size if layout is None else layout)
+    kernels = layout_hostnames(roles)
+    if len(kernels) != size:
+        raise ValueError(f"the roles have {len(kernels)} kernels, not {size}")
     common = {
         "BACKENDAI_CLUSTER_SIZE": str(size),
-        "BACKENDAI_CLUSTER_HOSTS": ",".join(hosts),
-        "BACKENDAI_CLUSTER_REPLICAS": replicas_text(size),
+        "BACKENDAI_CLUSTER_HOSTS": ",".join(host for _, _, host in kernels),
+        "BACKENDAI_CLUSTER_REPLICAS": replicas_text(roles),
         "BACKENDAI_CLUSTER_MODE": mode.value,
         "BACKENDAI_SESSION_ID": session_id,
     }
@@ -139,11 +200,10 @@ def build_cluster(
         common["BACKENDAI_DIST_ENV"] = dist_env.value
 
     contracts: list[KernelContract] = []
-    for rank, (kernel_id, host) in enumerate(zip(kernel_ids, hosts, strict=True)):
-        role: Role = "main" if rank == 0 else "sub"
-        idx = 1 if rank == 0 else rank
+    for rank, (kernel_id, (role, idx, host)) in enumerate(zip(kernel_ids, kernels, strict=True)):
         env = {
             **user,
+            **per_role.get(role, {}),
             **common,
             "BACKENDAI_CLUSTER_HOST": host,
             "BACKENDAI_CLUSTER_IDX": str(idx),
@@ -155,8 +215,12 @@ def build_cluster(
     return contracts
 
 
-def hostfile_text(hosts: Sequence[str], slots: int = 1) -> str:
-    """OpenMPI hostfile for `mpirun` (`/home/config/hostfile`): one `HOST slots=N` line per host."""
-    if slots < 1:
-        raise ValueError(f"slots must be at least 1, got {slots}")
-    return "".join(f"{check_hostname(h)} slots={slots}\n" for h in hosts)
+def hostfile_text(hosts: Sequence[str], slots: int | Sequence[int] = 1) -> str:
+    """OpenMPI hostfile for `mpirun` (`/home/config/hostfile`): one `HOST slots=N` line per host;
+    ``slots`` is every host's, or each host's in order (its GPU count, 1 without GPUs)."""
+    each = [slots] * len(hosts) if isinstance(slots, int) else list(slots)
+    if len(each) != len(hosts):
+        raise ValueError(f"{len(each)} slot counts for {len(hosts)} hosts")
+    if any(n < 1 for n in each):
+        raise ValueError(f"slots must be at least 1, got {min(each)}")
+    return "".join(f"{check_hostname(h)} slots={n}\n" for h, n in zip(hosts, each, strict=True))

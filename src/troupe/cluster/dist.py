@@ -8,7 +8,10 @@ Rules beyond docs/contract.md, kept identical in the script:
 - a number is 1..18 ASCII digits once leading zeros are dropped (`+4`, ` 4`, `4_0` are not);
 - nothing is derived unless BACKENDAI_CLUSTER_HOSTS is set and every comma-separated host is
   non-empty and made of ASCII letters, digits, `.`, `_` and `-` (so TF_CONFIG needs no escaping);
-- worker ports are base port + rank, not clipped at 65535.
+- worker ports are base port + rank, not clipped at 65535;
+- a host's role is its name less its trailing digits (``worker2`` -> ``worker``); TF_CONFIG's
+  cluster lists the task types in the order chief, worker, ps, evaluator (those with hosts);
+- a rank past the hosts' end is task ``worker`` with that index (as before roles).
 """
 
 from __future__ import annotations
@@ -34,6 +37,31 @@ LAUNCHER_NAMES = (
     "PRTE_MCA_prte_default_hostfile",
 )
 _DIST_HOST_RE = re.compile(r"[A-Za-z0-9._-]+")
+#: TensorFlow's task types, in the order TF_CONFIG's cluster lists them.
+TF_TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+
+
+def tf_task_types(hosts: list[str]) -> list[str]:
+    """Each host's TensorFlow task type: a role named like one is that one; ``main`` is the
+    ``chief`` when a ``ps`` role exists (and no ``chief`` one), else like every other role a
+    ``worker``."""
+    roles = [h.rstrip("0123456789") for h in hosts]
+    main = "chief" if "ps" in roles and "chief" not in roles else "worker"
+    return [r if r in TF_TASK_TYPES else main if r == "main" else "worker" for r in roles]
+
+
+def tf_config(hosts: list[str], base: int, rank: int) -> dict[str, object]:
+    """TF_CONFIG of the kernel at ``rank``: each host at base port + its position in hosts."""
+    types = tf_task_types(hosts)
+    cluster = {
+        t: [f"{h}:{base + i}" for i, h in enumerate(hosts) if types[i] == t]
+        for t in TF_TASK_TYPES
+        if t in types
+    }
+    if rank >= len(hosts):
+        return {"cluster": cluster, "task": {"type": "worker", "index": rank}}
+    mine = types[rank]
+    return {"cluster": cluster, "task": {"type": mine, "index": types[:rank].count(mine)}}
 
 
 def _number(value: str | None, max_digits: int = _MAX_DIGITS) -> str | None:
@@ -65,14 +93,10 @@ def derive_dist_env(environ: Mapping[str, str]) -> dict[str, str]:
         return {}
     base = _base_port(environ.get("BACKENDAI_DIST_MASTER_PORT"))
     rank = int(_number(environ.get("BACKENDAI_CLUSTER_LOCAL_RANK")) or "0")
-    tf_config = {
-        "cluster": {"worker": [f"{h}:{base + i}" for i, h in enumerate(hosts)]},
-        "task": {"type": "worker", "index": rank},
-    }
     derived = {
         "MASTER_ADDR": hosts[0],
         "MASTER_PORT": str(base),
-        "TF_CONFIG": json.dumps(tf_config),
+        "TF_CONFIG": json.dumps(tf_config(hosts, base, rank)),
         "PET_NNODES": size,
         "PET_NODE_RANK": str(rank),
         "PET_MASTER_ADDR": hosts[0],

@@ -148,7 +148,7 @@ class Fleet:
         used: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
         held: dict[str, set[str]] = defaultdict(set)
         rows = await db.execute(
-            select(Kernel.agent_id, Kernel.gpus, Session.cpu, Session.mem)
+            select(Kernel.agent_id, Kernel.gpus, Kernel.cpu, Kernel.mem)
             .join(Session, Kernel.session_id == Session.id)
             .where(Session.status.in_(SESSION_ALLOCATED), Kernel.agent_id.is_not(None))
         )

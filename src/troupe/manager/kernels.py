@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from troupe.api.agent import FileSpec, KernelSpec, MountSpec
 from troupe.api.models import SessionType
@@ -50,11 +50,34 @@ class SessionPlan:
     gpu: int = 0
     #: the user's own public key (``--ssh-key``): main1 accepts it, sub kernels do not
     user_ssh_key: str | None = None
+    #: hostname -> that kernel's own (its role's) shape; a kernel not named has the
+    #: session's, and runs ``startup_command`` if it is main1
+    roles: Mapping[str, KernelShape] = field(default_factory=dict)
+
+    def shape(self, hostname: str) -> KernelShape:
+        """The image, resources and command of the kernel ``hostname``."""
+        if hostname in self.roles:
+            return self.roles[hostname]
+        command = self.startup_command if hostname == "main1" else None
+        return KernelShape(self.image, self.cpu, self.mem, self.gpu, command)
+
+
+@dataclass(frozen=True)
+class KernelShape:
+    """What a kernel's role gives it (docs/design.md, 'Roles')."""
+
+    image: str
+    cpu: float
+    mem: int
+    gpu: int
+    #: what the kernel runs in a batch session (None: nothing; it waits)
+    startup_command: str | None = None
 
 
 def kernel_conf(plan: SessionPlan, hostname: str) -> str:
     writable = " ".join(f"/home/work/{name}" for name, (_, ro) in plan.mounts.items() if not ro)
-    wait_go = 1 if plan.batch and hostname == "main1" else 0
+    # a batch kernel with a command (main1's, a role's) starts it once the session is ready
+    wait_go = 1 if plan.batch and plan.shape(hostname).startup_command else 0
     return (
         f"_troupe_uid={plan.uid}\n_troupe_gid={plan.gid}\n"
         f"_troupe_wait_go={wait_go}\n_troupe_chown='{writable}'\n"
@@ -62,9 +85,9 @@ def kernel_conf(plan: SessionPlan, hostname: str) -> str:
     )
 
 
-def resource_txt(plan: SessionPlan) -> str:
+def resource_txt(shape: KernelShape) -> str:
     """``/home/config/resource.txt``: the kernel's resources, Backend.AI-style slot names."""
-    return f"cpu={plan.cpu:g}\nmem={plan.mem}\ncuda.device={plan.gpu}\n"
+    return f"cpu={shape.cpu:g}\nmem={shape.mem}\ncuda.device={shape.gpu}\n"
 
 
 def authorized_keys(plan: SessionPlan, hostname: str) -> str:
@@ -105,9 +128,11 @@ def kernel_specs(
     hostname -> UUIDs of its GPUs (chosen when the session was placed)."""
     hosts = [c.hostname for c in contracts]
     known_hosts = known_hosts_text({h: host_keys[h][1] for h in hosts})
+    # MPI's slots: a host's GPUs (one process each), 1 without GPUs
+    hostfile = hostfile_text(hosts, [max(plan.shape(h).gpu, 1) for h in hosts])
     shared = [
-        FileSpec(path=f"{CONFIG}/hostfile", content=hostfile_text(hosts)),
-        FileSpec(path=DEEPSPEED_HOSTFILE, content=hostfile_text(hosts)),
+        FileSpec(path=f"{CONFIG}/hostfile", content=hostfile),
+        FileSpec(path=DEEPSPEED_HOSTFILE, content=hostfile),
         FileSpec(path=f"{CONFIG}/ssh/id_cluster", content=plan.ssh_private_key, mode=0o600),
         FileSpec(path=f"{CONFIG}/ssh/id_cluster.pub", content=plan.ssh_public_key + "\n"),
         FileSpec(path=f"{CONFIG}/ssh/authorized_keys", content=plan.ssh_public_key + "\n"),
@@ -122,7 +147,6 @@ def kernel_specs(
         # the entrypoint wakes ready.sh through it when the kernel is set up
         FileSpec(path="/run/troupe/events", fifo=True, mode=0o600),
         FileSpec(path="/run/sshd", directory=True, mode=0o755),
-        FileSpec(path=f"{CONFIG}/resource.txt", content=resource_txt(plan)),
     ]
     mounts = [
         MountSpec(folder_id=folder_id, target=f"/home/work/{name}", readonly=ro)
@@ -131,7 +155,9 @@ def kernel_specs(
     specs = []
     for c in contracts:
         private, public = host_keys[c.hostname]
+        shape = plan.shape(c.hostname)
         files = [
+            FileSpec(path=f"{CONFIG}/resource.txt", content=resource_txt(shape)),
             *(f for f in shared if f.path != AUTHORIZED_KEYS),
             FileSpec(
                 path=AUTHORIZED_KEYS,
@@ -146,9 +172,7 @@ def kernel_specs(
             FileSpec(path=f"{CONFIG}/ssh/host_ed25519_key.pub", content=public + "\n"),
         ]
         command = (
-            ["/bin/sh", "-c", plan.startup_command]
-            if plan.batch and c.role == "main" and plan.startup_command
-            else []
+            ["/bin/sh", "-c", shape.startup_command] if plan.batch and shape.startup_command else []
         )
         specs.append(
             KernelSpec(
@@ -156,11 +180,11 @@ def kernel_specs(
                 kernel_id=c.kernel_id,
                 owner=plan.owner,
                 hostname=c.hostname,
-                image=plan.image,
+                image=shape.image,
                 network=plan.network,
-                env={**c.env, GPUS_VAR: str(plan.gpu)},
-                cpu=plan.cpu,
-                mem=plan.mem,
+                env={**c.env, GPUS_VAR: str(shape.gpu)},
+                cpu=shape.cpu,
+                mem=shape.mem,
                 command=command,
                 files=files,
                 mounts=mounts,
@@ -173,12 +197,20 @@ def kernel_specs(
 def session_kernel_specs(s: Session, ready_timeout: float = 300) -> list[KernelSpec]:
     """The kernel specs of a stored, placed session (its network already chosen)."""
     assert s.network is not None
+    layout: list[tuple[str, int]] = []
+    for k in s.kernels:  # in rank order: each role's kernels one after another
+        if layout and layout[-1][0] == k.role:
+            layout[-1] = (k.role, layout[-1][1] + 1)
+        else:
+            layout.append((k.role, 1))
     contracts = build_cluster(
         s.id,
         [k.id for k in s.kernels],
         s.cluster_mode,
         s.environ,
         s.dist_env,
+        layout=layout,
+        role_environ={k.role: k.environ or {} for k in s.kernels},
     )
     plan = SessionPlan(
         session_id=s.id,
@@ -197,6 +229,10 @@ def session_kernel_specs(s: Session, ready_timeout: float = 300) -> list[KernelS
         user_ssh_key=s.user_ssh_key,
         mounts={m["folder"]: (m["folder_id"], bool(m["readonly"])) for m in s.mounts},
         ready_timeout=max(1, int(ready_timeout)),
+        roles={
+            k.hostname: KernelShape(k.image, k.cpu, k.mem, k.gpu, k.startup_command)
+            for k in s.kernels
+        },
     )
     keys = {k.hostname: (k.host_private_key, k.host_public_key) for k in s.kernels}
     gpus = {k.hostname: [str(g) for g in k.gpus or []] for k in s.kernels}

@@ -3,7 +3,7 @@ admin (``users.limits``); admins have none. Pure arithmetic, no I/O: admission f
 user's active sessions and the request, the users routes show what it computes.
 
 Keys: ``sessions`` (active sessions), ``kernels`` (their kernels), ``cpu``, ``mem``, ``gpu``
-(sums over active sessions of kernels x per-kernel size), ``streams`` (concurrent long
+(sums over the active sessions' kernels, each with its role's size), ``streams`` (concurrent long
 requests), ``max_priority`` (a higher priority is refused) and ``groups`` (the resource groups
 the user may use). A limit of ``None`` is no limit.
 """
@@ -102,6 +102,17 @@ class Usage:
             used = used.plus(size, cpu, mem, gpu)
         return used
 
+    @classmethod
+    def of_kernels(cls, kernels: Iterable[tuple[str, float, int, int]]) -> Usage:
+        """From (session id, cpu, mem, gpu) of each kernel of the active sessions: every
+        role's kernels count with their own resources."""
+        sessions: set[str] = set()
+        n, cpu, mem, gpu = 0, 0.0, 0, 0
+        for session_id, k_cpu, k_mem, k_gpu in kernels:
+            sessions.add(session_id)
+            n, cpu, mem, gpu = n + 1, cpu + k_cpu, mem + k_mem, gpu + k_gpu
+        return cls(sessions=len(sessions), kernels=n, cpu=cpu, mem=mem, gpu=gpu)
+
 
 @dataclass(frozen=True)
 class Ask:
@@ -113,6 +124,25 @@ class Ask:
     cpu: float
     mem: int
     gpu: int
+    #: a session whose roles differ: (replicas, cpu, mem, gpu) of each role, summed over
+    #: instead of ``size`` x (cpu, mem, gpu)
+    roles: tuple[tuple[int, float, int, int], ...] = ()
+
+    def totals(self) -> tuple[float, int, int]:
+        """(cores, bytes, GPUs) of all its kernels."""
+        if not self.roles:
+            return self.size * self.cpu, self.size * self.mem, self.size * self.gpu
+        return (
+            sum(n * cpu for n, cpu, _, _ in self.roles),
+            sum(n * mem for n, _, mem, _ in self.roles),
+            sum(n * gpu for n, _, _, gpu in self.roles),
+        )
+
+    def shown(self, total: str, per_kernel: str) -> str:
+        """``4 x 2 cores`` (one shape), or ``8 cores over 4 kernels of every role``."""
+        if not self.roles:
+            return f"{self.size} x {per_kernel}"
+        return f"{total} over {self.size} kernels of every role"
 
 
 @dataclass(frozen=True)
@@ -143,7 +173,14 @@ def check(limits: Limits, used: Usage, ask: Ask) -> Refusal | None:
     refusal = check_static(limits, ask)
     if refusal is not None:
         return refusal
-    after = used.plus(ask.size, ask.cpu, ask.mem, ask.gpu)
+    cpu, mem, gpu = ask.totals()
+    after = Usage(
+        sessions=used.sessions + 1,
+        kernels=used.kernels + ask.size,
+        cpu=used.cpu + cpu,
+        mem=used.mem + mem,
+        gpu=used.gpu + gpu,
+    )
     if limits.sessions is not None and after.sessions > limits.sessions:
         return Refusal(
             None,
@@ -159,20 +196,21 @@ def check(limits: Limits, used: Usage, ask: Ask) -> Refusal | None:
     if limits.cpu is not None and after.cpu > limits.cpu + EPSILON:
         return Refusal(
             "resources",
-            f"resources: {ask.size} x {ask.cpu:g} cores would make {after.cpu:g} in use,"
+            f"resources: {ask.shown(f'{cpu:g} cores', f'{ask.cpu:g} cores')} would make"
+            f" {after.cpu:g} in use,"
             f" over your limit of {limits.cpu:g} (cpu)",
         )
     if limits.mem is not None and after.mem > limits.mem:
         return Refusal(
             "resources",
-            f"resources: {ask.size} x {format_size(ask.mem)} memory would make"
+            f"resources: {ask.shown(format_size(mem), format_size(ask.mem))} memory would make"
             f" {format_size(after.mem)} in use, over your limit of {format_size(limits.mem)}"
             " (mem)",
         )
     if limits.gpu is not None and after.gpu > limits.gpu:
         return Refusal(
             "resources",
-            f"resources: {ask.size} x {ask.gpu} GPUs would make {after.gpu} in use, over your"
-            f" limit of {limits.gpu} (gpu)",
+            f"resources: {ask.shown(f'{gpu} GPUs', f'{ask.gpu} GPUs')} would make {after.gpu}"
+            f" in use, over your limit of {limits.gpu} (gpu)",
         )
     return None

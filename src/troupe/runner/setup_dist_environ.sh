@@ -95,22 +95,64 @@ if [ -n "$_troupe_ok" ]; then
   esac
   if [ -z "$_troupe_rank" ]; then _troupe_rank=0; fi
 
-  # TF_CONFIG, byte for byte what Python's json.dumps gives (", " and ": " separators).
-  _troupe_tf='{"cluster": {"worker": ['
-  _troupe_sep=
-  _troupe_i=0
+  # TF_CONFIG, byte for byte what Python's json.dumps gives (", " and ": " separators). A
+  # host's role is its name less the trailing digits; a role named like a task type is that
+  # type; main is the chief when a ps role exists (and no chief role), else a worker; any other
+  # role is a worker. The cluster lists chief, worker, ps, evaluator (those with hosts).
+  _troupe_main=worker
+  _troupe_chief=
   _troupe_rest=$_troupe_hosts
   while :; do
     _troupe_h=${_troupe_rest%%,*}
-    _troupe_tf="$_troupe_tf$_troupe_sep\"$_troupe_h:$((_troupe_port + _troupe_i))\""
-    _troupe_sep=', '
-    _troupe_i=$((_troupe_i + 1))
+    case "${_troupe_h%"${_troupe_h##*[!0123456789]}"}" in
+      ps) _troupe_main=chief ;;
+      chief) _troupe_chief=1 ;;
+    esac
     case "$_troupe_rest" in
       *,*) _troupe_rest=${_troupe_rest#*,} ;;
       *) break ;;
     esac
   done
-  _troupe_tf="$_troupe_tf]}, \"task\": {\"type\": \"worker\", \"index\": $_troupe_rank}}"
+  if [ -n "$_troupe_chief" ]; then _troupe_main=worker; fi
+  _troupe_tf='{"cluster": {'
+  _troupe_tsep=
+  _troupe_mine=worker
+  _troupe_idx=$_troupe_rank
+  for _troupe_t in chief worker ps evaluator; do
+    _troupe_sep=
+    _troupe_i=0
+    _troupe_n=0
+    _troupe_rest=$_troupe_hosts
+    while :; do
+      _troupe_h=${_troupe_rest%%,*}
+      _troupe_r=${_troupe_h%"${_troupe_h##*[!0123456789]}"}
+      case "$_troupe_r" in
+        chief | worker | ps | evaluator) ;;
+        main) _troupe_r=$_troupe_main ;;
+        *) _troupe_r=worker ;;
+      esac
+      if [ "$_troupe_r" = "$_troupe_t" ]; then
+        if [ -z "$_troupe_sep" ]; then
+          _troupe_tf="$_troupe_tf$_troupe_tsep\"$_troupe_t\": ["
+          _troupe_tsep=', '
+        fi
+        _troupe_tf="$_troupe_tf$_troupe_sep\"$_troupe_h:$((_troupe_port + _troupe_i))\""
+        _troupe_sep=', '
+        if [ "$_troupe_i" = "$_troupe_rank" ]; then
+          _troupe_mine=$_troupe_t
+          _troupe_idx=$_troupe_n
+        fi
+        _troupe_n=$((_troupe_n + 1))
+      fi
+      _troupe_i=$((_troupe_i + 1))
+      case "$_troupe_rest" in
+        *,*) _troupe_rest=${_troupe_rest#*,} ;;
+        *) break ;;
+      esac
+    done
+    if [ -n "$_troupe_sep" ]; then _troupe_tf="$_troupe_tf]"; fi
+  done
+  _troupe_tf="$_troupe_tf}, \"task\": {\"type\": \"$_troupe_mine\", \"index\": $_troupe_idx}}"
 
   if [ -z "${MASTER_ADDR+x}" ]; then
     MASTER_ADDR=${_troupe_hosts%%,*}
@@ -171,4 +213,5 @@ if [ -n "$_troupe_ok" ]; then
 fi
 
 unset _troupe_size _troupe_ok _troupe_hosts _troupe_rest _troupe_h _troupe_port _troupe_rank \
-  _troupe_tf _troupe_sep _troupe_i
+  _troupe_tf _troupe_sep _troupe_i _troupe_main _troupe_tsep _troupe_mine _troupe_idx _troupe_t \
+  _troupe_n _troupe_r _troupe_chief

@@ -40,7 +40,7 @@ from troupe.client.cli.table import (
 if TYPE_CHECKING:
     from rich.status import Status
 
-    from troupe.api.models import SessionInfo
+    from troupe.api.models import Resources, SessionInfo
 
 app = App(no_args_is_help=True, help="Create and use cluster sessions.")
 
@@ -162,6 +162,16 @@ def create(
             help=f"GPUs per kernel (default {RESOURCE_DEFAULTS['gpu']})", show_default=False
         ),
     ] = None,
+    role: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--role",
+            help="a role NAME:REPLICAS[,image=IMG][,cpu=C][,mem=M][,gpu=G] (repeatable); main"
+            " is main1 with the top-level values unless given as --role main:1,...; hostnames"
+            " are NAME1, NAME2, ...",
+            show_default=False,
+        ),
+    ] = None,
     mount: Annotated[
         list[str] | None,
         typer.Option(
@@ -256,6 +266,14 @@ def create(
             fail(validation_message(e, "mounts"), 2)
         except ValueError as e:
             fail(f"mounts: {e}", 2)
+    from troupe.client.cli.role_option import parse_role
+
+    roles: list[dict[str, Any]] = []
+    for i, spec in enumerate(role or []):
+        try:
+            roles.append(parse_role(spec))
+        except ValueError as e:
+            fail(f"roles[{i}]: --role {e}", 2)
     data: dict[str, Any] = {"name": name, "image": image}
     resources = {k: v for k, v in (("cpu", cpu), ("mem", mem), ("gpu", gpu)) if v is not None}
     optional: dict[str, Any] = {
@@ -273,6 +291,7 @@ def create(
         "gid": gid,
         "isolated_network": isolated_network or None,
         "max_pending_seconds": max_pending_seconds,
+        "roles": roles,
     }
     data.update({k: v for k, v in optional.items() if v not in (None, {}, [])})
     key_file = reach.ssh_key_file(ssh_key)
@@ -339,6 +358,11 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
         print_json(s)
         return
     r = s.resources
+    roles_differ = (
+        "; each kernel's below"
+        if any((k.image or s.image, k.resources or r) != (s.image, r) for k in s.kernels)
+        else ""
+    )
     network = s.network or "-"
     if s.subnet:
         network += f" ({s.subnet})"
@@ -353,7 +377,7 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
             ("type", s.type.value),
             ("image", s.image),
             ("cluster", f"{s.cluster_size} kernel(s), {s.cluster_mode.value}"),
-            ("resources", f"cpu {r.cpu:g}, mem {format_size(r.mem)}, gpu {r.gpu} (per kernel)"),
+            ("resources", f"{_kernel_resources(r)} (per kernel{roles_differ})"),
             (
                 "mounts",
                 ", ".join(m.folder + (" (ro)" if m.readonly else "") for m in s.mounts) or "-",
@@ -373,12 +397,15 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
         gpus = any(k.gpus for k in s.kernels)  # the GPUs' UUIDs, shortened as nvidia-smi -L
         console.print()
         print_table(
-            ["HOSTNAME", "ROLE", "AGENT", "CONTAINER", "IP", "STATUS", "EXIT"]
+            ["HOSTNAME", "ROLE", "IMAGE", "RESOURCES", "AGENT", "CONTAINER", "IP", "STATUS"]
+            + ["EXIT"]
             + (["GPUS"] if gpus else []),
             [
                 [
                     k.hostname,
                     k.role,
+                    k.image or s.image,
+                    _kernel_resources(k.resources or r),
                     k.agent,
                     short_id(k.container_id),
                     k.ip,
@@ -394,6 +421,10 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
         console.print()
         for line in lines:
             console.print(Text(line))
+
+
+def _kernel_resources(r: Resources) -> str:
+    return f"cpu {r.cpu:g}, mem {format_size(r.mem)}, gpu {r.gpu}"
 
 
 @app.command()

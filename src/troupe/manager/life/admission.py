@@ -37,7 +37,8 @@ from troupe.cluster import build_cluster, generate_ed25519
 from troupe.manager import disk, quotas
 from troupe.manager.fleet import offered_gpus
 from troupe.manager.life.context import Life
-from troupe.manager.scheduler import AgentState, Request, never_fits
+from troupe.manager.roles import request_of
+from troupe.manager.scheduler import AgentState, Part, never_fits
 from troupe.manager.store.models import Agent, Folder, Kernel, Session, User
 from troupe.manager.store.unit import changes_of
 
@@ -66,13 +67,17 @@ async def owner_lock(owner_id: str) -> AsyncIterator[None]:
 
 
 async def active_usage(db: AsyncSession, owner_id: str) -> quotas.Usage:
-    """What the owner's active sessions hold."""
+    """What the owner's active sessions hold: each kernel with its own (its role's) size."""
     rows = await db.execute(
-        select(Session.cluster_size, Session.cpu, Session.mem, Session.gpu).where(
-            Session.owner_id == owner_id, Session.status.in_(SESSION_ACTIVE)
-        )
+        select(Kernel.session_id, Kernel.cpu, Kernel.mem, Kernel.gpu)
+        .join(Session, Kernel.session_id == Session.id)
+        .where(Session.owner_id == owner_id, Session.status.in_(SESSION_ACTIVE))
     )
-    return quotas.Usage.of((size, cpu, mem, gpu) for size, cpu, mem, gpu in rows.all())
+    return quotas.Usage.of_kernels((sid, cpu, mem, gpu) for sid, cpu, mem, gpu in rows.all())
+
+
+def _parts(req: SessionCreate) -> list[Part]:
+    return [Part(r.name, r.replicas, r.cpu, r.mem, r.gpu) for r in req.resolved_roles()]
 
 
 async def lost_states(life: Life, db: AsyncSession) -> list[AgentState]:
@@ -90,8 +95,20 @@ async def lost_states(life: Life, db: AsyncSession) -> list[AgentState]:
 
 
 def _ask(req: SessionCreate) -> quotas.Ask:
-    r = req.resources
-    return quotas.Ask(req.group, req.priority, req.cluster_size, r.cpu, r.mem, r.gpu)
+    request = request_of("-", req.group, req.cluster_mode, _parts(req))
+    roles = tuple((p.kernels, p.cpu, p.mem, p.gpu) for p in request.parts)
+    return quotas.Ask(
+        req.group, req.priority, request.size, request.cpu, request.mem, request.gpu, roles
+    )
+
+
+def _images(req: SessionCreate) -> dict[str, str]:
+    """field -> image, each image once: the session's, then the roles' own."""
+    out = {"image": req.image}
+    for i, r in enumerate(req.roles or []):
+        if r.image and r.image not in out.values():
+            out[f"roles[{i}].image"] = r.image
+    return out
 
 
 def _refuse(refusal: quotas.Refusal | None) -> None:
@@ -103,7 +120,10 @@ async def admit(life: Life, owner: User, req: SessionCreate) -> Session:
     """Stores the session PENDING and returns it (with its kernels, as stored: no second read
     on the way to the scheduler); raises a domain error if it can't be."""
     if req.cluster_size > life.config.max_cluster_size:
-        raise Invalid.field_rule("cluster_size", f"must be at most {life.config.max_cluster_size}")
+        limit = f"must be at most {life.config.max_cluster_size}"
+        if req.roles is not None:
+            raise Invalid.field_rule("roles", f"{req.cluster_size} kernels in total; {limit}")
+        raise Invalid.field_rule("cluster_size", limit)
     await disk.check_room(life.config)
     limits = quotas.limits_of(life.config, owner)
     _refuse(quotas.check_static(limits, _ask(req)))
@@ -130,26 +150,20 @@ async def admit(life: Life, owner: User, req: SessionCreate) -> Session:
             folders[m.folder] = folder_id
         agents = await life.fleet.states(db)
         lost = await lost_states(life, db)
-    request = Request(
-        session_id="-",
-        group=req.group,
-        mode=req.cluster_mode,
-        size=req.cluster_size,
-        cpu=req.resources.cpu,
-        mem=req.resources.mem,
-        gpu=req.resources.gpu,
-    )
+    request = request_of("-", req.group, req.cluster_mode, _parts(req))
     # Only a LOST agent could hold it: it waits PENDING, as the agent may come back (and the
     # image is not checked: a LOST agent cannot be asked, the alive ones may lack it).
     waits_for_lost = never_fits(request, agents) is not None
     reason = never_fits(request, [*agents, *lost]) if waits_for_lost else None
     if reason:
-        raise DoesNotFit(f"resources: {reason}", field="resources")
+        field = "roles" if request.parts else "resources"
+        raise DoesNotFit(f"{field}: {reason}", field=field)
     group = [a.id for a in agents if a.group == req.group]
-    if not waits_for_lost and not await life.fleet.any_has_image(group, req.image):
-        raise Invalid.field_rule(
-            "image", f"image {req.image!r} not found on the agents of group {req.group!r}"
-        )
+    for field, image in _images(req).items():
+        if not waits_for_lost and not await life.fleet.any_has_image(group, image):
+            raise Invalid.field_rule(
+                field, f"image {image!r} not found on the agents of group {req.group!r}"
+            )
     session_id = str(uuid.uuid4())
 
     async def store(db: AsyncSession) -> Session:
@@ -209,8 +223,19 @@ def new_session(
     s.created_at = now = utcnow()
     begin(s, SessionStatus.PENDING, changes, now)
     kernel_ids = [session_id] + [str(uuid.uuid4()) for _ in range(req.cluster_size - 1)]
-    for c in build_cluster(session_id, kernel_ids, req.cluster_mode, req.environ, req.dist_env):
+    roles = {r.name: r for r in req.resolved_roles()}
+    contracts = build_cluster(
+        session_id,
+        kernel_ids,
+        req.cluster_mode,
+        req.environ,
+        req.dist_env,
+        layout=[(r.name, r.replicas) for r in roles.values()],
+        role_environ={r.name: r.environ for r in roles.values()},
+    )
+    for c in contracts:
         hk = generate_ed25519(comment=c.hostname)
+        role = roles[c.role]
         k = Kernel(
             id=c.kernel_id,
             session_id=session_id,
@@ -218,6 +243,12 @@ def new_session(
             role=c.role,
             idx=c.idx,
             rank=c.rank,
+            image=role.image,
+            cpu=role.cpu,
+            mem=role.mem,
+            gpu=role.gpu,
+            environ=role.environ,
+            startup_command=role.startup_command,
             host_public_key=hk.public_openssh,
             host_private_key=hk.private_openssh,
         )

@@ -7,6 +7,7 @@ waiting session's why-pending report.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
@@ -16,9 +17,21 @@ from troupe.api.lifecycle import KernelStatus, SessionStatus, transition, utcnow
 from troupe.manager.life.admission import lost_states
 from troupe.manager.life.context import Life
 from troupe.manager.life.teardown import wipe_keys
-from troupe.manager.scheduler import Request, assign_gpus, schedule
-from troupe.manager.store.models import Session
+from troupe.manager.roles import request_of
+from troupe.manager.scheduler import Part, assign_gpus, schedule
+from troupe.manager.store.models import Kernel, Session
 from troupe.manager.store.unit import changes_of
+
+
+def kernel_parts(kernels: Sequence[Kernel]) -> list[Part]:
+    """A stored session's kernels (in rank order) as the scheduler's parts, one per role."""
+    parts: list[Part] = []
+    for k in kernels:
+        if parts and parts[-1].role == k.role:
+            parts[-1] = parts[-1]._replace(kernels=parts[-1].kernels + 1)
+        else:
+            parts.append(Part(k.role, 1, k.cpu, k.mem, k.gpu))
+    return parts
 
 
 @dataclass
@@ -59,14 +72,11 @@ async def place_pending(life: Life) -> Pass:
         lost = await lost_states(life, db)
         decision = schedule(
             [
-                Request(
-                    session_id=s.id,
-                    group=s.group,
-                    mode=s.cluster_mode,
-                    size=s.cluster_size,
-                    cpu=s.cpu,
-                    mem=s.mem,
-                    gpu=s.gpu,
+                request_of(
+                    s.id,
+                    s.group,
+                    s.cluster_mode,
+                    kernel_parts(s.kernels),
                     priority=s.priority,
                     order=s.created_at.timestamp(),
                 )
@@ -79,7 +89,7 @@ async def place_pending(life: Life) -> Pass:
         for s in live:
             if s.id in decision.placements:
                 placed = decision.placements[s.id]
-                gpus = assign_gpus(free_gpus, placed, s.gpu)
+                gpus = assign_gpus(free_gpus, placed, [k.gpu for k in s.kernels])
                 for k, agent_id, devices in zip(s.kernels, placed, gpus, strict=True):
                     k.agent_id, k.gpus = agent_id, devices
                 s.status_info = {}

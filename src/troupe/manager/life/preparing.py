@@ -119,8 +119,11 @@ async def prepare(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] |
                 return None
             if plan.batch:
                 step = "starting the batch command"
-                main1 = started[session_id]  # (main1's kernel id is the session's)
-                await life.fleet[plan.kernels[session_id][1]].signal_go(main1.container_id)
+                # main1's, and each role's kernel with a command of its own
+                for k in plan.session.kernels:
+                    if k.startup_command or k.id == session_id:
+                        agent = life.fleet[plan.kernels[k.id][1]]
+                        await agent.signal_go(started[k.id].container_id)
     except Abandoned:
         return None
     except Failed as e:

@@ -66,6 +66,10 @@ KERNEL_COLUMNS = (
     Kernel.oom_killed,
     Kernel.timeline,
     Kernel.gpus,
+    Kernel.image,
+    Kernel.cpu,
+    Kernel.mem,
+    Kernel.gpu,
 )
 
 
@@ -150,6 +154,8 @@ def session_wire(
                 "role": k["role"],
                 "idx": k["idx"],
                 "rank": k["rank"],
+                "image": k["image"],
+                "resources": {"cpu": float(k["cpu"]), "mem": k["mem"], "gpu": k["gpu"]},
                 "agent": k["agent_id"],
                 "container_id": k["container_id"],
                 "ip": k["ip"],

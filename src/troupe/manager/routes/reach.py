@@ -18,6 +18,7 @@ from typing import Literal
 from fastapi import APIRouter, WebSocket
 
 from troupe.api.errors import Invalid, TroupeError
+from troupe.api.exec import KERNEL_PATTERN
 from troupe.api.models import SessionSSH
 from troupe.api.pipe import copy_command, relay_command, serve_pipe
 from troupe.cluster.contract import SSH_PORT
@@ -28,7 +29,7 @@ from troupe.manager.streams import streams_of
 
 router = APIRouter(tags=["sessions"])
 
-KERNEL = re.compile(r"main1|sub[1-9][0-9]*")
+KERNEL = re.compile(KERNEL_PATTERN)
 #: Longest path ``cp`` takes (Linux's PATH_MAX).
 MAX_PATH = 4096
 
@@ -121,4 +122,4 @@ async def session_archive(
 
 def _check_kernel(kernel: str) -> None:
     if not KERNEL.fullmatch(kernel):
-        raise Invalid.field_rule("kernel", "main1, sub1, sub2, ...")
+        raise Invalid.field_rule("kernel", "a kernel's hostname: main1, sub1, worker2, ...")

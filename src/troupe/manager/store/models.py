@@ -248,9 +248,19 @@ class Kernel(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"), index=True)
     hostname: Mapped[str] = mapped_column(String(32))
-    role: Mapped[str] = mapped_column(String(8))
+    role: Mapped[str] = mapped_column(String(16))
     idx: Mapped[int] = mapped_column(Integer)
     rank: Mapped[int] = mapped_column(Integer)
+    #: this kernel's image and resources: its role's (docs/design.md, 'Roles'); the session's
+    #: own columns keep the top-level values
+    image: Mapped[str] = mapped_column(String(255))
+    cpu: Mapped[float] = mapped_column(Float)
+    mem: Mapped[int] = mapped_column(BigInteger)
+    gpu: Mapped[int] = mapped_column(Integer, default=0)
+    #: the role's own variables, over the session's ``environ``
+    environ: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: what this kernel runs in a batch session (None: nothing, it waits)
+    startup_command: Mapped[str | None] = mapped_column(Text, nullable=True)
     agent_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     container_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     ip: Mapped[str | None] = mapped_column(String(64), nullable=True)
