@@ -29,13 +29,23 @@ from troupe.cluster.keys import check_public_key
         ("s/sub2:/etc/hosts", Remote("s", "sub2", "/etc/hosts")),
         ("my.sess-1:a:b", Remote("my.sess-1", "main1", "/home/work/a:b")),
         ("s://x", Remote("s", "main1", "/x")),
+        # any role's hostname (docs/contract.md, 'Roles'), not only main1 and subN
+        ("train/worker1:/tmp/x", Remote("train", "worker1", "/tmp/x")),
+        ("train/ps12:ckpt", Remote("train", "ps12", "/home/work/ckpt")),
+        ("t/abcdefghijklmnop3:x", Remote("t", "abcdefghijklmnop3", "/home/work/x")),
     ],
 )
 def test_remote_specs(spec: str, remote: Remote) -> None:
     assert parse_remote(spec) == remote
 
 
-@pytest.mark.parametrize("spec", ["./a:b", "/abs/a:b", "plain", "s/main2:x", "s/sub0:x", "-s:x"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        *("./a:b", "/abs/a:b", "plain", "s/main2:x", "s/sub0:x", "-s:x"),
+        *("s/worker:x", "s/Worker1:x", "s/abcdefghijklmnopq1:x", "s/w0rker1:x"),
+    ],
+)
 def test_local_paths(spec: str) -> None:
     assert parse_remote(spec) is None
 

@@ -20,7 +20,9 @@ MEDIA_TYPE = "application/x-ndjson"
 #: hostnames ``<role><idx>`` (main1, sub1, worker2, ...; a role is a lowercase word), and of
 #: ``main`` only main1. Spelled without look-ahead: pydantic's regex engine has none.
 _NOT_MAIN = r"[a-z]{1,3}|[a-z]{5,16}|[a-ln-z][a-z]{3}|m[b-z][a-z]{2}|ma[a-hj-z][a-z]|mai[a-mo-z]"
-KERNEL_PATTERN = rf"^(main1|({_NOT_MAIN})[1-9][0-9]{{0,5}})$"
+#: The same without anchors or capturing groups, to build into other patterns (the CLI's cp).
+KERNEL_NAME = rf"main1|(?:{_NOT_MAIN})[1-9][0-9]{{0,5}}"
+KERNEL_PATTERN = rf"^(?:{KERNEL_NAME})$"
 _KERNEL = re.compile(KERNEL_PATTERN)
 #: Whom a command may run as (:data:`~troupe.api.models.ExecUser`).
 USERS = ("work", "root")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from troupe.api.exec import KERNEL_NAME
 from troupe.client.cli.output import App, client, console, err_console, fail
 from troupe.client.cli.session_exec import COMMAND_ARGS, KernelOpt, NameArg
 from troupe.client.paths import REF_PATTERN
@@ -29,7 +30,9 @@ app = App()
 #: What ``--ssh-key`` of ``troupe session create`` takes when it is not given: the first found.
 DEFAULT_KEYS = ("id_ed25519.pub", "id_ecdsa.pub", "id_rsa.pub")
 HOME = "/home/work"
-_REMOTE = re.compile(rf"({REF_PATTERN})(?:/(main1|sub[1-9][0-9]*))?:(.*)", re.DOTALL)
+#: ``NAME[/KERNEL]:PATH``; KERNEL is any kernel's hostname (main1, sub1, worker2, ...), as the
+#: manager's routes take it.
+_REMOTE = re.compile(rf"({REF_PATTERN})(?:/({KERNEL_NAME}))?:(.*)", re.DOTALL)
 
 
 # -- pure helpers (unit-tested) ------------------------------------------------------------
@@ -361,7 +364,8 @@ def cp(
     dst: Annotated[str, typer.Argument(help="NAME:PATH, NAME/KERNEL:PATH or a local path")],
 ) -> None:
     """Copy files or directories between here and a kernel (NAME:PATH is main1, NAME/sub1:PATH
-    a sub kernel; relative paths are under /home/work), as user work, streamed."""
+    or NAME/worker2:PATH another kernel; relative paths are under /home/work), as user work,
+    streamed."""
     from troupe.client.paths import session_path
     from troupe.client.pipe import download, upload, ws_url
     from troupe.client.settings import load_settings
