@@ -90,6 +90,17 @@ def test_failure_names_the_first_failing_kernel() -> None:
     assert views.failure(session("TERMINATED", [kernel("main1")], exit_code=0)) is None
 
 
+def test_kernels_in_order_by_rank_not_interleaved_by_role_index() -> None:
+    """Roles worker x2 then ps x1 (docs/contract.md, 'Roles'): ranks main1=0, worker1=1,
+    worker2=2, ps1=3; ordering by index put ps1 between worker1 and worker2."""
+    ks = [
+        KernelInfo(id=h, hostname=h, role=h[:-1], idx=int(h[-1]), rank=r, status="RUNNING")
+        for h, r in [("ps1", 3), ("worker2", 2), ("main1", 0), ("worker1", 1)]
+    ]
+    names = [k.hostname for k in views.kernels_in_order(ks)]
+    assert names == ["main1", "worker1", "worker2", "ps1"]
+
+
 def test_startup_bars_name_the_slowest_kernel() -> None:
     ks = [
         kernel("sub1", phases={"created": 1.0, "started": 2.0, "ready": 4.0}),

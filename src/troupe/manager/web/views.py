@@ -111,8 +111,10 @@ def kernels_running(s: SessionInfo) -> str | None:
 
 
 def kernels_in_order(kernels: Iterable[KernelInfo]) -> list[KernelInfo]:
-    """``main1`` first, then ``sub1``, ``sub2`` ... (by cluster index)."""
-    return sorted(kernels, key=lambda k: (k.role != "main", k.idx, k.hostname))
+    """By rank, the order of BACKENDAI_CLUSTER_HOSTS: ``main1`` first, then each role's
+    kernels one after another in the order the roles were given (``sub1``, ``sub2``, or
+    ``worker1``, ``worker2``, ``ps1``), not interleaved by index."""
+    return sorted(kernels, key=lambda k: (k.rank, k.hostname))
 
 
 def pending_lines(info: Mapping[str, Any]) -> list[str]:
