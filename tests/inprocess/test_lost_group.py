@@ -68,3 +68,29 @@ async def test_what_no_agent_of_the_group_could_ever_hold_is_still_422(
         r = await manager.client.post("/sessions", json={"name": "no", "image": IMAGE, **body})
         assert r.status_code == 422, (body, r.text)
         assert error_of(r)["code"] == "does_not_fit", (body, r.text)
+
+
+async def test_a_session_with_roles_waits_for_a_lost_agent_that_holds_all_its_kernels(
+    manager: Harness,
+) -> None:
+    """main1 takes 3 of h2's 4 cores and the two workers the last one: the whole session fits
+    on h2 once back, though three kernels of main's shape would not (finding RL3,
+    docs/reliability.md)."""
+    c = await lost(manager, "h2", group="g2")
+    body = {
+        "name": "r",
+        "image": IMAGE,
+        "group": "g2",
+        "resources": {"cpu": 3},
+        "roles": [{"name": "worker", "replicas": 2, "resources": {"cpu": 0.5}}],
+    }
+    r = await manager.client.post("/sessions", json=body)
+    assert r.status_code == 201, r.text
+    s = await get_when(manager, "r", lambda s: bool(s["status_info"].get("pending")))
+    assert s["status"] == "PENDING", s
+    hosts = ["main1", "worker1", "worker2"]
+    assert s["status_info"]["pending"] == {h: [LOST_LINE] for h in hosts}
+    async with heartbeats(c, "h2"):
+        s = await manager.wait("r")
+        assert s["status"] == "RUNNING", s
+        assert {k["agent"] for k in s["kernels"]} == {"h2"}

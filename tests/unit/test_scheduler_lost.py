@@ -3,9 +3,10 @@ once back, placing nothing meanwhile (docs/lifecycle.md, placing)."""
 
 from __future__ import annotations
 
-from tests.unit.test_scheduler import agent, req
+from tests.unit.test_scheduler import G, agent, req
 
-from troupe.manager.scheduler import schedule
+from troupe.manager.roles import request_of
+from troupe.manager.scheduler import Part, Request, schedule
 
 LOST = "agent {}: LOST (no heartbeat); waiting for it to come back"
 
@@ -28,3 +29,21 @@ def test_lost_agents_follow_the_alive_ones_in_the_report() -> None:
 def test_without_lost_agents_the_report_is_as_before() -> None:
     d = schedule([req("s", 1, group="g")], [agent("a")])
     assert d.waiting == {"s": ["no agent in resource group 'g'"]}
+
+
+def test_with_roles_every_roles_kernels_decide_whether_a_lost_agent_is_named() -> None:
+    """Not main's shape alone (finding RL3, docs/reliability.md): main1 then two workers;
+    the LOST agent has 4 cores."""
+    lost = [agent("h", cpu=4, group="g")]
+
+    def roles(mode: str, main: float, worker: float) -> Request:
+        parts = [Part("main", 1, main, G), Part("worker", 2, worker, G)]
+        return request_of("s", "g", mode, parts)
+
+    # main is 3 of the 4 cores, the workers the last one: the agent holds it all
+    assert schedule([roles("single-node", 3, 0.5)], [], lost).waiting == {"s": [LOST.format("h")]}
+    # three kernels of main's 1 core would fit, but the workers' 3 cores each do not
+    none = {"s": ["no agent in resource group 'g'"]}
+    assert schedule([roles("single-node", 1, 3)], [], lost).waiting == none
+    # multi-node: main (8 cores) fits nowhere here, but a worker fits on the LOST agent
+    assert schedule([roles("multi-node", 8, 1)], [], lost).waiting == {"s": [LOST.format("h")]}

@@ -369,13 +369,19 @@ def assign_gpus(
 
 def waiting_for_lost(req: Request, lost: Sequence[AgentState]) -> list[str]:
     """Why-pending lines for the LOST agents (``lost``: their whole capacity) that could hold
-    ``req`` once back: the whole session if single-node, one kernel if multi-node."""
-    n = req.size if req.mode == ClusterMode.SINGLE_NODE else 1
+    ``req`` once back: the whole session if single-node (:func:`never_fits`' rule), one of its
+    kernels if multi-node; with roles, every role's kernels count, not only main's shape."""
     return [
         f"agent {a.id}: LOST (no heartbeat); waiting for it to come back"
         for a in lost
-        if a.group == req.group and a.kernels_fitting(req) >= n
+        if a.group == req.group and _could_hold(a, req)
     ]
+
+
+def _could_hold(agent: AgentState, req: Request) -> bool:
+    if req.mode == ClusterMode.SINGLE_NODE:
+        return never_fits(req, [agent]) is None
+    return any(agent.kernels_fitting(k) >= 1 for k in req.parts or (req,))
 
 
 def schedule(
