@@ -131,10 +131,15 @@ if __name__ == "__main__":
         dist.init_process_group("gloo")  # env:// : MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
         train_ddp()
         # Only now: the DDP model (its reducer holds the process group) is gone with
-        # train_ddp's locals. Destroyed while DDP still held it, the group went at interpreter
-        # exit instead, and gloo's threads could end the process with SIGABRT ("terminate
-        # called without an active exception") after the rank had printed its result.
+        # train_ddp's locals.
         dist.destroy_process_group()
+        # Then leave without the interpreter's finalisation: now and then (twice in CI runs) a
+        # rank still died there with SIGABRT ("terminate called without an active
+        # exception", a C++ thread of torch's torn down while joinable) after printing its
+        # result, and torchrun's exit barrier then waited 300 s for it. Everything this rank
+        # had to do is done and its output flushed.
+        sys.stdout.flush()
+        os._exit(0)
 PY
 hosts=$(echo "$BACKENDAI_CLUSTER_HOSTS" | tr , ' ')
 store=""
