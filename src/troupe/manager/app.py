@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from troupe import __version__
 from troupe.api import edge
 from troupe.api.agent import AgentBackend
+from troupe.manager.apps.proxy import AppOrigins, close_tunnels
 from troupe.manager.auth import KeyCache, ensure_admin
 from troupe.manager.changes import ChangeBus
 from troupe.manager.config import ServerConfig
@@ -82,6 +83,7 @@ def create_app(
         try:
             yield
         finally:
+            await close_tunnels(app.state)
             await registry.stop()
             await engine.dispose()
 
@@ -98,4 +100,5 @@ def create_app(
     for module in (sessions, reach, folders, users, misc, agent_routes):
         app.include_router(module.router, prefix="/v1")
     web_pages.install(app)
+    app.add_middleware(AppOrigins)  # (outermost: app origins never reach the UI or the API)
     return app
