@@ -26,7 +26,7 @@ from troupe.manager.limits import BodyLimit
 from troupe.manager.registry import Registry
 from troupe.manager.remote_agent import verifying_with
 from troupe.manager.routes import agents as agent_routes
-from troupe.manager.routes import folders, misc, reach, sessions, users
+from troupe.manager.routes import apps_stub, folders, misc, reach, sessions, users
 from troupe.manager.store.db import make_engine, migrate
 from troupe.manager.store.unit import Store
 from troupe.manager.web import pages as web_pages
@@ -99,6 +99,7 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     for module in (sessions, reach, folders, users, misc, agent_routes):
         app.include_router(module.router, prefix="/v1")
+    app.include_router(apps_stub.router, prefix="/v1")  # STUB: apps-core's routes/apps.py
     web_pages.install(app)
     app.add_middleware(AppOrigins)  # (outermost: app origins never reach the UI or the API)
     return app
