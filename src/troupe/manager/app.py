@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from troupe import __version__
 from troupe.api import edge
 from troupe.api.agent import AgentBackend
-from troupe.manager.apps.proxy import AppOrigins, close_tunnels
+from troupe.manager.apps.proxy import AppOrigins, close_apps
 from troupe.manager.auth import KeyCache, ensure_admin
 from troupe.manager.changes import ChangeBus
 from troupe.manager.config import ServerConfig
@@ -83,7 +83,7 @@ def create_app(
         try:
             yield
         finally:
-            await close_tunnels(app.state)
+            await close_apps(app.state)
             await registry.stop()
             await engine.dispose()
 

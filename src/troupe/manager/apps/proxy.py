@@ -30,7 +30,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from troupe.api.errors import TroupeError
 from troupe.manager.apps import sockets
-from troupe.manager.apps.gate import REOPEN, Access, Refused, admit, load_session, running
+from troupe.manager.apps.gate import (
+    REOPEN,
+    Access,
+    Refused,
+    Sessions,
+    admit,
+    load_session,
+    running,
+)
 from troupe.manager.apps.links import COOKIE, COOKIE_SECONDS, ENTER_PATH, links_of, make_cookie
 from troupe.manager.apps.origins import AppTarget
 from troupe.manager.apps.tunnel import Tunnels
@@ -87,11 +95,14 @@ def tunnels_of(state: State) -> Tunnels:
     return tunnels
 
 
-async def close_tunnels(state: State) -> None:
-    """Closes every kept tunnel (at the manager's shutdown)."""
+async def close_apps(state: State) -> None:
+    """Closes every kept tunnel and the admission cache (at the manager's shutdown)."""
     tunnels: Tunnels | None = getattr(state, "app_tunnels", None)
     if tunnels is not None:
         await tunnels.aclose()
+    sessions: Sessions | None = getattr(state, "app_sessions", None)
+    if sessions is not None:
+        await sessions.aclose()
 
 
 async def serve(
