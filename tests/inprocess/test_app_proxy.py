@@ -32,6 +32,7 @@ from starlette.websockets import WebSocket
 from tests.inprocess.conftest import Harness, eventually
 from tests.inprocess.helpers import running
 from troupe.api.pipe import RUNNER_DIR
+from troupe.manager.apps import tunnel
 from troupe.manager.apps.links import COOKIE, LINK_SECONDS, issue_link, links_of
 from troupe.manager.store.models import Session
 from troupe.manager.web import signin
@@ -429,6 +430,19 @@ async def test_tunnels_are_kept_and_reused(app: App) -> None:
         for _ in range(5):
             assert (await c.get("/")).status_code == 200
     assert app.tunnels == [["/bin/sh", f"{RUNNER_DIR}/relay.sh", str(PORT)]]
+
+
+async def test_tunnels_of_an_app_nobody_uses_are_closed(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tunnel, "IDLE_SECONDS", 0.2)
+    assert app.h.app is not None
+    async with app.client(await app.enter()) as c:
+        assert (await c.get("/")).status_code == 200
+        state = app.h.app.state
+        await eventually(lambda: not state.app_tunnels.pools)  # (by the sweep: no request)
+        assert (await c.get("/")).status_code == 200  # a new tunnel
+    assert len(app.tunnels) == 2
 
 
 async def test_nothing_listening_is_a_502_with_the_relays_words(app: App) -> None:

@@ -148,15 +148,19 @@ class _Pool:
 
 @dataclass
 class Tunnels:
-    """The pools of kept-open tunnels, by (agent, container, port), of one manager."""
+    """The pools of kept-open tunnels, by (agent, container, port), of one manager; a sweep
+    every :data:`IDLE_SECONDS` closes the pools nobody used since (the app's tab was closed)."""
 
     pools: dict[tuple[int, str, int], _Pool] = field(default_factory=dict)
+    _sweeper: asyncio.Task[None] | None = None
 
     def pool(
         self, agent: AgentBackend, container_id: str, port: int
     ) -> httpcore.AsyncConnectionPool:
         now = time.monotonic()
         self._close_idle(now)
+        if self._sweeper is None:
+            self._sweeper = asyncio.ensure_future(self._sweep())
         key = (id(agent), container_id, port)
         entry = self.pools.get(key)
         if entry is None:
@@ -178,7 +182,16 @@ class Tunnels:
             else:  # still streaming (a long download): kept
                 self.pools[key] = _Pool(pool, now)
 
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(IDLE_SECONDS)
+            self._close_idle(time.monotonic())
+
     async def aclose(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
         pools, self.pools = list(self.pools.values()), {}
         for p in pools:
             with contextlib.suppress(Exception):
