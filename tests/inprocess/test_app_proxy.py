@@ -348,6 +348,7 @@ async def test_pages_of_other_origins_are_refused(app: App) -> None:
         for headers in (
             {"origin": evil},
             {"origin": other_app},
+            {"origin": "null"},  # a sandboxed frame or a data: page
             {"sec-fetch-site": "same-site", "sec-fetch-mode": "cors"},
             {"sec-fetch-site": "cross-site", "sec-fetch-mode": "no-cors"},
         ):
