@@ -34,6 +34,8 @@ from tests.inprocess.helpers import running
 from troupe.api.pipe import RUNNER_DIR
 from troupe.manager.apps import tunnel
 from troupe.manager.apps.links import COOKIE, LINK_SECONDS, issue_link, links_of
+from troupe.manager.apps.origins import AppDomain, AppTarget
+from troupe.manager.config import ServerConfig
 from troupe.manager.store.models import Session
 from troupe.manager.web import signin
 
@@ -600,3 +602,27 @@ async def test_a_websocket_without_the_cookie_is_refused_before_the_app(app: App
     other = Socket(app, "/ws", [(b"origin", b"http://evil.example")], [])
     assert (await other.next())["code"] == 4403
     assert not app.tunnels and not app.upstream.requests
+
+
+# -- the app domain ----------------------------------------------------------------------------
+def test_app_domain_names_one_app_per_host_and_owns_everything_under_it() -> None:
+    sid = "3f0c1d2e-aaaa-4bbb-8ccc-0123456789ab"
+    domain = AppDomain.of("apps.localhost:8090")
+    assert domain is not None
+    assert domain.origin(sid, 8888) == f"http://8888-{sid}.apps.localhost:8090"
+    assert domain.target(f"8888-{sid}.Apps.LocalHost:8090") == AppTarget(sid, 8888)
+    for host in (
+        f"8888-{sid}.apps.localhost",  # another port than the app domain's
+        f"8888-{sid}.x.apps.localhost:8090",
+        f"70000-{sid}.apps.localhost:8090",
+        "8888-not-a-session.apps.localhost:8090",
+        "apps.localhost:8090",
+    ):
+        assert domain.target(host) is None, host
+        assert domain.owns(host), host  # still the proxy's (a refusal), never the UI's
+    assert not domain.owns("127.0.0.1:8090") and not domain.owns("localhost:8090")
+    assert not domain.owns("evilapps.localhost:8090")
+    assert AppDomain.of("") is None
+    assert ServerConfig(port=9000).app_domain == "apps.localhost:9000"
+    with pytest.raises(ValueError, match="invalid app domain"):
+        ServerConfig(app_domain="apps_example.com")
