@@ -17,3 +17,5 @@ echo "==> API (bench/api.py)"
 $PY bench/api.py
 echo "==> scheduler (bench/scheduler.py)"
 $PY bench/scheduler.py
+echo "==> app proxy (bench/apps.py)"
+$PY bench/apps.py

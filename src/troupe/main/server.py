@@ -100,6 +100,16 @@ def run(
     agent_ca: Annotated[
         Path | None, typer.Option(help="CA file to verify agents that serve HTTPS")
     ] = None,
+    app_domain: Annotated[
+        str | None,
+        typer.Option(
+            help="apps are served from <port>-<session id>.DOMAIN[:PORT] (DNS: a wildcard"
+            " record; default: apps.localhost on --port; '': no apps)"
+        ),
+    ] = None,
+    app_https: Annotated[
+        bool, typer.Option("--app-https", help="app links use https (a TLS proxy is in front)")
+    ] = False,
     log_level: Annotated[str, typer.Option()] = "info",
 ) -> None:
     """Run the manager and a local agent (the embedded default)."""
@@ -159,6 +169,8 @@ def run(
             quota_streams=quota_streams,
             agent_ca_file=agent_ca,
             metrics_token_file=metrics_token_file,
+            app_domain=app_domain,
+            app_https=app_https,
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e

@@ -18,6 +18,7 @@ from troupe import __version__
 from troupe.api import edge
 from troupe.api.agent import AgentBackend
 from troupe.manager import openapi, prometheus
+from troupe.manager.apps.proxy import AppOrigins, close_apps
 from troupe.manager.auth import KeyCache, ensure_admin
 from troupe.manager.changes import ChangeBus
 from troupe.manager.config import ServerConfig
@@ -89,6 +90,7 @@ def create_app(
             yield
         finally:
             await feed.stop()
+            await close_apps(app.state)
             await registry.stop()
             await engine.dispose()
 
@@ -108,4 +110,5 @@ def create_app(
     app.include_router(prometheus.router)
     openapi.install(app)
     web_pages.install(app)
+    app.add_middleware(AppOrigins)  # (outermost: app origins never reach the UI or the API)
     return app

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from troupe.api import defaults
+
+#: One DNS label (``--app-domain`` is labels joined by dots, then an optional ``:port``).
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+APP_DOMAIN = re.compile(rf"(?:{_LABEL}\.)*{_LABEL}(?::[0-9]{{1,5}})?")
 
 
 @dataclass
@@ -64,8 +69,24 @@ class ServerConfig:
     #: File holding the token Prometheus scrapes ``/metrics`` with (besides an admin's key).
     metrics_token_file: Path | None = None
 
+    # -- apps in main1 (docs/apps.md) ------------------------------------------------------
+    #: Apps are served from ``<port>-<session id>.<app_domain>``: a host name and an optional
+    #: port, e.g. ``apps.example.com`` (DNS: a wildcard record). None: ``apps.localhost`` on
+    #: the server's own port (browsers resolve ``*.localhost`` to this machine); "": no apps.
+    app_domain: str | None = None
+    #: App links use https (a TLS proxy with a wildcard certificate is in front).
+    app_https: bool = False
+
     def __post_init__(self) -> None:
         ipaddress.ip_network(self.subnet_pool)
+        if self.app_domain is None:
+            self.app_domain = f"apps.localhost:{self.port}"
+        self.app_domain = self.app_domain.strip().lower().rstrip(".")
+        if self.app_domain and not APP_DOMAIN.fullmatch(self.app_domain):
+            raise ValueError(
+                f"invalid app domain {self.app_domain!r}: a host name (letters, digits, - and"
+                " dots) and an optional :port, e.g. apps.example.com or apps.localhost:8090"
+            )
 
     @property
     def database_url(self) -> str:

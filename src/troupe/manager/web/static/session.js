@@ -17,6 +17,7 @@
     live.replaceChildren(troupe.fragment(ev.html));
     if (focused) document.getElementById(focused)?.focus();
     fillTail();
+    document.dispatchEvent(new Event("troupe:session-changed"));
   });
   fillTail();
   troupe.wireDestroy(() => {});
