@@ -17,6 +17,7 @@ from tests.inprocess.helpers import error_of, preparing, running
 from tests.inprocess.test_sdk_errors import Bridge
 from troupe.api import errors as E
 from troupe.api.pipe import RUNNER_DIR
+from troupe.manager.apps.links import app_origin
 from troupe.manager.apps.state import APPS_DIR
 
 LABELS = {
@@ -57,7 +58,9 @@ async def test_list_shows_the_declared_apps_and_their_origins(manager: Harness) 
         ("tensorboard", 6006, "stopped"),
         ("ssh2", 2201, "stopped"),
     ]
-    assert apps[0]["url"] == f"http://8888-{sid}.apps.localhost"
+    assert manager.app is not None
+    assert apps[0]["url"] == app_origin(manager.app.state, sid, 8888)
+    assert apps[0]["url"].startswith(f"http://8888-{sid}.apps.localhost")
     assert "t=" not in apps[0]["url"]  # a list never hands out a link
     # one exec in main1, as work, through the runner's app.sh
     assert app_execs(manager) == [
@@ -80,7 +83,9 @@ async def test_open_starts_once_then_reuses(manager: Harness, caplog: Any) -> No
     assert r.status_code == 200, r.text
     a = r.json()
     assert (a["name"], a["port"], a["state"]) == ("jupyter", 8888, "running")
-    assert a["url"].startswith(f"http://8888-{sid}.apps.localhost/_troupe/enter?t=")
+    assert manager.app is not None
+    origin = app_origin(manager.app.state, sid, 8888)
+    assert a["url"].startswith(f"{origin}/_troupe/enter?t=")
     start = app_execs(manager)[-1]
     assert start == ["start", APPS_DIR, "jupyter", "8888", "60", "jupyter lab --port=8888"]
     assert "app open: session s" in caplog.text and "'jupyter'" in caplog.text
