@@ -52,7 +52,7 @@ def test_user_values_override_defaults_and_null_keeps_the_default() -> None:
     mine = effective(base, {"sessions": 10, "cpu": None, "groups": ["a", "b"], "junk": 1}, False)
     assert mine.sessions == 10
     assert mine.cpu is None and mine.kernels == base.kernels
-    assert mine.groups == ("a", "b")
+    assert mine.groups == ["a", "b"]
     assert effective(base, {}, False) == base
     # admins: no limits but on streams (which count theirs too)
     assert effective(base, {"sessions": 0}, True) == Limits(streams=base.streams)

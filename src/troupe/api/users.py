@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from troupe.api.models import Name, Strict, UserInfo, parse_size
 
@@ -35,7 +35,10 @@ class LimitsUpdate(Strict):
 
 
 class Limits(BaseModel):
-    """A user's effective limits: their own over the server's defaults (null: none)."""
+    """A user's effective limits: their own over the server's defaults (null: none). The one
+    shape of limits: the manager's quotas compute with it too (:mod:`troupe.manager.quotas`)."""
+
+    model_config = ConfigDict(frozen=True)
 
     sessions: int | None = None
     kernels: int | None = None

@@ -11,34 +11,18 @@ the user may use). A limit of ``None`` is no limit.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from troupe.api import defaults
 from troupe.api.models import format_size
+from troupe.api.users import Limits
 from troupe.manager.config import ServerConfig
 from troupe.manager.store.models import User
 
-KEYS = ("sessions", "kernels", "cpu", "mem", "gpu", "streams", "max_priority", "groups")
+KEYS = tuple(Limits.model_fields)
 #: Sums of fractional cores are compared with this slack (0.1 + 0.2 fits a limit of 0.3).
 EPSILON = 1e-9
-
-
-@dataclass(frozen=True)
-class Limits:
-    sessions: int | None = None
-    kernels: int | None = None
-    cpu: float | None = None
-    mem: int | None = None
-    gpu: int | None = None
-    streams: int | None = None
-    max_priority: int | None = None
-    groups: tuple[str, ...] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["groups"] = None if self.groups is None else list(self.groups)
-        return d
 
 
 #: No limits at all.
@@ -55,7 +39,7 @@ def server_defaults(config: ServerConfig) -> Limits:
         gpu=config.quota_gpu,
         streams=config.quota_streams,
         max_priority=0,
-        groups=(defaults.GROUP,),
+        groups=[defaults.GROUP],
     )
 
 
@@ -64,9 +48,9 @@ def effective(base: Limits, overrides: Mapping[str, Any] | None, admin: bool) ->
     have no limits but ``streams`` (troupe.manager.streams counts theirs too)."""
     given = {k: v for k, v in (overrides or {}).items() if k in KEYS and v is not None}
     if "groups" in given:
-        given["groups"] = tuple(given["groups"])
-    mine = replace(base, **given)
-    return replace(UNLIMITED, streams=mine.streams) if admin else mine
+        given["groups"] = list(given["groups"])
+    mine = base.model_copy(update=given)
+    return UNLIMITED.model_copy(update={"streams": mine.streams}) if admin else mine
 
 
 def limits_of(config: ServerConfig, user: User) -> Limits:

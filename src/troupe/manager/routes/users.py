@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from troupe.api.errors import Conflict, Forbidden, Invalid
 from troupe.api.lifecycle import utcnow
 from troupe.api.models import UserCreate, UserInfo
-from troupe.api.users import Limits, LimitsUpdate, Usage, UserDetail, UserListed
+from troupe.api.users import LimitsUpdate, Usage, UserDetail, UserListed
 from troupe.manager import quotas
 from troupe.manager.auth import REVOKED, create_user, is_revoked, revoke_key, rotate_key
 from troupe.manager.deps import DB, AdminUser, CurrentUser, RegistryDep
@@ -51,7 +51,7 @@ async def detail(db: AsyncSession, u: User, registry: RegistryDep) -> UserDetail
     used = await active_usage(db, u.id)
     return UserDetail(
         **listed(u).model_dump(),
-        limits=Limits(**limits.as_dict()),
+        limits=limits,
         overrides=dict(u.limits or {}),
         usage=Usage(**asdict(used)),
     )
