@@ -105,16 +105,17 @@ async def test_another_users_list_stays_fast_while_a_merged_log_streams(
     call = Drain(manager, "GET", "/v1/sessions/big/logs", "", key_of(manager.client)).start()
     assert call.task is not None
     took: list[float] = []
-    while not call.task.done():
+    while not call.task.done():  # every list sent while the log streams, the last one too
         t0 = time.monotonic()
         r = await bob.get("/sessions")
         assert r.status_code == 200
-        if not call.task.done():  # answered while the log was still streaming
-            took.append(time.monotonic() - t0)
+        took.append(time.monotonic() - t0)
     await call.task
     assert call.lines == 6 * LINES
-    assert len(took) >= 3, f"only {len(took)} lists answered while the log streamed"
-    assert max(took) < 1.0, took
+    # a list that waited out the merge (the interpreter lock kept from the database's
+    # threads: 0.85 s of a 0.9 s merge, before FAIR_PAUSE) would be one of few, and slow
+    assert len(took) >= 3, f"only {len(took)} lists answered while the log streamed: {took}"
+    assert max(took) < 0.5, took
 
 
 async def test_saved_logs_are_streamed_too(manager: Harness) -> None:
