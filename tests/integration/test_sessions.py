@@ -233,28 +233,30 @@ def test_killed_kernel_fails_session_with_its_name(server: Server) -> None:
 def test_failed_creation_leaves_nothing(server: Server) -> None:
     """An image without /bin/sh cannot start: the session fails, nothing is left."""
     image = "troupe-test/empty:1"
-    if docker("image", "inspect", image, check=False).returncode != 0:
-        import subprocess
+    import subprocess
 
-        subprocess.run(
-            f"tar cf - -T /dev/null | /usr/bin/docker import - {image}",
-            shell=True,
-            check=True,
-            capture_output=True,
-        )
-    c = server.client()
-    name = unique("broken")
-    c.create_session(SessionCreate(name=name, image=image, cluster_size=3, resources=SMALL))
-    info = c.wait_session(name, until="final", timeout=60)
-    assert info.status == "ERROR"
-    assert info.status_info["kernel"] in ("main1", "sub1", "sub2")
-    reason = info.status_info["reason"]
-    assert "creating kernels" in reason or "being prepared" in reason, info.status_info
-    assert "/bin/sh" in info.status_info.get("message", ""), info.status_info
-    assert labelled("container", info.id) == [] and labelled("network", info.id) == []
-    # the resources are free again
-    agent = c.list_agents()[0]
-    assert agent.cpu_free == agent.cpu
+    subprocess.run(
+        f"tar cf - -T /dev/null | /usr/bin/docker import - {image}",
+        shell=True,
+        check=True,
+        capture_output=True,
+    )
+    try:
+        c = server.client()
+        name = unique("broken")
+        c.create_session(SessionCreate(name=name, image=image, cluster_size=3, resources=SMALL))
+        info = c.wait_session(name, until="final", timeout=60)
+        assert info.status == "ERROR"
+        assert info.status_info["kernel"] in ("main1", "sub1", "sub2")
+        reason = info.status_info["reason"]
+        assert "creating kernels" in reason or "being prepared" in reason, info.status_info
+        assert "/bin/sh" in info.status_info.get("message", ""), info.status_info
+        assert labelled("container", info.id) == [] and labelled("network", info.id) == []
+        # the resources are free again
+        agent = c.list_agents()[0]
+        assert agent.cpu_free == agent.cpu
+    finally:  # the test's own image goes with it
+        docker("image", "rm", "-f", image, check=False)
 
 
 @pytest.mark.parametrize(
