@@ -196,16 +196,7 @@ class KernelSeries:
         return [self._sample(t, r) for t, r in self.series.rows(since)]
 
     def _sample(self, t: float, r: list[float]) -> KernelSample:
-        gpus = [
-            GpuSample(
-                index=index,
-                uuid=uuid,
-                util_pct=_back(r[KERNEL_COLUMNS + 2 * i]),
-                mem_bytes=_int(r[KERNEL_COLUMNS + 2 * i + 1]),
-                mem_total=total,
-            )
-            for i, (index, uuid, total) in enumerate(self.gpus)
-        ]
+        gpus = _gpu_samples(self.gpus, r, KERNEL_COLUMNS)
         return KernelSample(
             t=round(t, 3),
             cpu_cores=round(r[0], 4),
@@ -247,16 +238,7 @@ class HostSeries:
                 cpu_cores=round(r[0], 4),
                 mem_bytes=_int(r[1]) or 0,
                 kernels=_int(r[2]) or 0,
-                gpus=[
-                    GpuSample(
-                        index=index,
-                        uuid=uuid,
-                        util_pct=_back(r[HOST_COLUMNS + 2 * i]),
-                        mem_bytes=_int(r[HOST_COLUMNS + 2 * i + 1]),
-                        mem_total=total,
-                    )
-                    for i, (index, uuid, total) in enumerate(self.gpus)
-                ],
+                gpus=_gpu_samples(self.gpus, r, HOST_COLUMNS),
             )
             for t, r in self.series.rows(since)
         ]
@@ -343,3 +325,19 @@ class History:
         return sum(k.series.nbytes() for k in self.kernels.values()) + sum(
             h.series.nbytes() for h in self.hosts.values()
         )
+
+
+def _gpu_samples(
+    gpus: Sequence[tuple[int, str, int | None]], r: list[float], first: int
+) -> list[GpuSample]:
+    """The GPUs' figures of one row: utilisation and memory in pairs from column ``first``."""
+    return [
+        GpuSample(
+            index=index,
+            uuid=uuid,
+            util_pct=_back(r[first + 2 * i]),
+            mem_bytes=_int(r[first + 2 * i + 1]),
+            mem_total=total,
+        )
+        for i, (index, uuid, total) in enumerate(gpus)
+    ]
