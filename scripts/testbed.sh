@@ -3,7 +3,7 @@
 # span several Docker engines. Each node tt<i> is a network namespace on the host bridge ttbr0
 # (underlay 10.123.0.0/24, no default route) with its own dockerd; all nodes form one Docker
 # Swarm (node 1 manager, the others workers), so attachable overlay networks span the nodes.
-# Recipe and pitfalls (P1..P14): shared/design/notes/multihost.md. Run as root.
+# Each pitfall it avoids is explained where the code avoids it (comments marked P<n>). Run as root.
 #
 #   testbed.sh up [N]      build a bed of N nodes (1..8, default 3); a no-op when it is healthy
 #   testbed.sh down        remove everything the bed made, from any state (idempotent); this

@@ -12,7 +12,7 @@ Pure Python (no TensorFlow). TFConfigClusterResolver takes ``cluster`` as the Cl
 (job name -> list of "host:port", or a dict of task index -> address), ``task.type`` and
 ``task.index`` as this process's task, and ``cluster[type][index]`` as its own address (what
 ``master()`` returns and what a tf.distribute server binds to). A missing job or task index
-is an error there, so it is here too. Beyond that, troupe's contract (SPEC.md section 5): every
+is an error there, so it is here too. Beyond that, troupe's contract (docs/contract.md): every
 kernel is a ``worker``, listed in BACKENDAI_CLUSTER_HOSTS order, on port base + rank, where
 base is BACKENDAI_DIST_MASTER_PORT (default 29500), and the task index is this kernel's
 BACKENDAI_CLUSTER_LOCAL_RANK. Prints one line ending in OK (with the cluster spec as canonical

@@ -34,3 +34,22 @@ def test_one_module_writes_status() -> None:
                         writers.add(f"{p.relative_to(SRC)}:{ast.unparse(e)}")
     # An error's HTTP status (api/errors.py) is no lifecycle status.
     assert writers == {"api/lifecycle.py:entity.status", "api/errors.py:self.status"}, writers
+
+
+def test_repo_cites_only_itself() -> None:
+    """The docs are the contract: code, docs, examples and scripts cite nothing outside the
+    repository (the starting design and review notes are not shipped with it)."""
+    root = SRC.parents[1]
+    outside = ("SPEC.md", "ARCHITECTURE.md", "shared/design", "audit-2026")
+    cited = [
+        f"{p.relative_to(root)}: {word}"
+        for folder in ("src", "docs", "examples", "scripts", "bench", "images", "tests")
+        for p in [root / "README.md", *(root / folder).rglob("*")]
+        if p.is_file()
+        and p.suffix in {".py", ".md", ".sh", ".html", ".js", ".css", ""}
+        and "vendor" not in p.parts
+        and p != Path(__file__).resolve()
+        for word in outside
+        if word in p.read_text(errors="replace")
+    ]
+    assert not cited, cited
