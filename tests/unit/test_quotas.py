@@ -6,13 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from troupe.api.users import Usage
 from troupe.manager.config import ServerConfig
 from troupe.manager.logs import tail
 from troupe.manager.quotas import (
     UNLIMITED,
     Ask,
     Limits,
-    Usage,
     check,
     effective,
     server_defaults,

@@ -8,6 +8,7 @@ CLI's ``LIMIT_KEYS`` are one set (``tests/unit/test_cli_fast.py`` holds them tog
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -51,13 +52,45 @@ class Limits(BaseModel):
 
 
 class Usage(BaseModel):
-    """What a user's active sessions hold."""
+    """What a user's active sessions hold. The one shape of usage: the manager's quotas add
+    with it too (:mod:`troupe.manager.quotas`)."""
+
+    model_config = ConfigDict(frozen=True)
 
     sessions: int = 0
     kernels: int = 0
     cpu: float = 0.0
     mem: int = 0
     gpu: int = 0
+
+    def plus(self, size: int, cpu: float, mem: int, gpu: int) -> Usage:
+        """With one more session of ``size`` kernels of this size each."""
+        return Usage(
+            sessions=self.sessions + 1,
+            kernels=self.kernels + size,
+            cpu=self.cpu + size * cpu,
+            mem=self.mem + size * mem,
+            gpu=self.gpu + size * gpu,
+        )
+
+    @classmethod
+    def of(cls, sessions: Iterable[tuple[int, float, int, int]]) -> Usage:
+        """From (cluster_size, cpu, mem, gpu) of each active session."""
+        used = cls()
+        for size, cpu, mem, gpu in sessions:
+            used = used.plus(size, cpu, mem, gpu)
+        return used
+
+    @classmethod
+    def of_kernels(cls, kernels: Iterable[tuple[str, float, int, int]]) -> Usage:
+        """From (session id, cpu, mem, gpu) of each kernel of the active sessions: every
+        role's kernels count with their own resources."""
+        sessions: set[str] = set()
+        n, cpu, mem, gpu = 0, 0.0, 0, 0
+        for session_id, k_cpu, k_mem, k_gpu in kernels:
+            sessions.add(session_id)
+            n, cpu, mem, gpu = n + 1, cpu + k_cpu, mem + k_mem, gpu + k_gpu
+        return cls(sessions=len(sessions), kernels=n, cpu=cpu, mem=mem, gpu=gpu)
 
 
 class UserListed(UserInfo):

@@ -72,8 +72,14 @@ class PipeClient:
 
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         try:
+            # legacy=True: the connection outlives this call (closed by :meth:`close`), which
+            # websockets 17 asks to be said explicitly
             self.conn: ClientConnection = connect(
-                url, additional_headers=headers, open_timeout=30, max_size=4 * 1024 * 1024
+                url,
+                additional_headers=headers,
+                open_timeout=30,
+                max_size=4 * 1024 * 1024,
+                legacy=True,
             )
         except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as e:
             raise PipeFailed(f"cannot connect to {url.split('?')[0]}: {e}") from None

@@ -10,13 +10,13 @@ the user may use). A limit of ``None`` is no limit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from troupe.api import defaults
 from troupe.api.models import format_size
-from troupe.api.users import Limits
+from troupe.api.users import Limits, Usage
 from troupe.manager.config import ServerConfig
 from troupe.manager.store.models import User
 
@@ -56,46 +56,6 @@ def effective(base: Limits, overrides: Mapping[str, Any] | None, admin: bool) ->
 def limits_of(config: ServerConfig, user: User) -> Limits:
     """The user's effective limits (what admission and the stream limit apply)."""
     return effective(server_defaults(config), user.limits, user.admin)
-
-
-@dataclass(frozen=True)
-class Usage:
-    """What a user's active sessions hold."""
-
-    sessions: int = 0
-    kernels: int = 0
-    cpu: float = 0.0
-    mem: int = 0
-    gpu: int = 0
-
-    def plus(self, size: int, cpu: float, mem: int, gpu: int) -> Usage:
-        """With one more session of ``size`` kernels of this size each."""
-        return Usage(
-            sessions=self.sessions + 1,
-            kernels=self.kernels + size,
-            cpu=self.cpu + size * cpu,
-            mem=self.mem + size * mem,
-            gpu=self.gpu + size * gpu,
-        )
-
-    @classmethod
-    def of(cls, sessions: Iterable[tuple[int, float, int, int]]) -> Usage:
-        """From (cluster_size, cpu, mem, gpu) of each active session."""
-        used = cls()
-        for size, cpu, mem, gpu in sessions:
-            used = used.plus(size, cpu, mem, gpu)
-        return used
-
-    @classmethod
-    def of_kernels(cls, kernels: Iterable[tuple[str, float, int, int]]) -> Usage:
-        """From (session id, cpu, mem, gpu) of each kernel of the active sessions: every
-        role's kernels count with their own resources."""
-        sessions: set[str] = set()
-        n, cpu, mem, gpu = 0, 0.0, 0, 0
-        for session_id, k_cpu, k_mem, k_gpu in kernels:
-            sessions.add(session_id)
-            n, cpu, mem, gpu = n + 1, cpu + k_cpu, mem + k_mem, gpu + k_gpu
-        return cls(sessions=len(sessions), kernels=n, cpu=cpu, mem=mem, gpu=gpu)
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def open_terminal(url: str, key: str | None) -> int | str:
 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        conn = connect(url, additional_headers=headers, open_timeout=30)
+        conn = connect(url, additional_headers=headers, open_timeout=30, legacy=True)
     except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as e:
         return f"cannot open a shell at {url}: {e}"
 

@@ -33,6 +33,7 @@ from troupe.api.lifecycle import (
     utcnow,
 )
 from troupe.api.models import SessionCreate
+from troupe.api.users import Usage
 from troupe.cluster import build_cluster, generate_ed25519
 from troupe.manager import disk, quotas
 from troupe.manager.fleet import offered_gpus
@@ -66,14 +67,14 @@ async def owner_lock(owner_id: str) -> AsyncIterator[None]:
             _locks.pop(owner_id, None)
 
 
-async def active_usage(db: AsyncSession, owner_id: str) -> quotas.Usage:
+async def active_usage(db: AsyncSession, owner_id: str) -> Usage:
     """What the owner's active sessions hold: each kernel with its own (its role's) size."""
     rows = await db.execute(
         select(Kernel.session_id, Kernel.cpu, Kernel.mem, Kernel.gpu)
         .join(Session, Kernel.session_id == Session.id)
         .where(Session.owner_id == owner_id, Session.status.in_(SESSION_ACTIVE))
     )
-    return quotas.Usage.of_kernels((sid, cpu, mem, gpu) for sid, cpu, mem, gpu in rows.all())
+    return Usage.of_kernels((sid, cpu, mem, gpu) for sid, cpu, mem, gpu in rows.all())
 
 
 def _parts(req: SessionCreate) -> list[Part]:

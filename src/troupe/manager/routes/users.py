@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from dataclasses import asdict
 
 from fastapi import APIRouter
 from sqlalchemy import func, select
@@ -22,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from troupe.api.errors import Conflict, Forbidden, Invalid
 from troupe.api.lifecycle import utcnow
 from troupe.api.models import UserCreate, UserInfo
-from troupe.api.users import LimitsUpdate, Usage, UserDetail, UserListed
+from troupe.api.users import LimitsUpdate, UserDetail, UserListed
 from troupe.manager import quotas
 from troupe.manager.auth import REVOKED, create_user, is_revoked, revoke_key, rotate_key
 from troupe.manager.deps import DB, AdminUser, CurrentUser, RegistryDep
@@ -53,7 +52,7 @@ async def detail(db: AsyncSession, u: User, registry: RegistryDep) -> UserDetail
         **listed(u).model_dump(),
         limits=limits,
         overrides=dict(u.limits or {}),
-        usage=Usage(**asdict(used)),
+        usage=used,
     )
 
 
