@@ -1,6 +1,8 @@
 """Utilisation through a real engine (docs/metrics.md): a busy kernel shows about a core while
 its idle peer shows about none, an allocation shows in memory, an OOM kill is marked, the CLI's
-``session top --once --json`` agrees with the API, and a finished session keeps its summary.
+``session top --once --json`` agrees with the API, and a finished session keeps its summary
+(``session info`` shows it too). A real Prometheus scrapes ``/metrics`` with the scrape token
+and answers a PromQL query for a busy kernel's CPU series; without the token it is refused.
 
 The manager's own agent samples every second (``--metrics-interval 1``). The test host is
 shared (two cores, other test runs): a busy loop there gets what the scheduler gives it, so
@@ -18,6 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import BASE_IMAGE, Server, start_server, stop_server
+from tests.integration.prometheus import prometheus
 from troupe.api.metrics import KernelSample, SessionMetrics
 from troupe.api.models import Resources, SessionCreate
 
@@ -43,6 +46,15 @@ def sampled(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> It
         for info in c.list_sessions():
             c.destroy_session(info.id)
         stop_server(s)
+
+
+@pytest.fixture(autouse=True)
+def destroy_after(sampled: Server) -> Iterator[None]:
+    """Each test's sessions go with it, even when it fails (the agent has two cores)."""
+    yield
+    c = sampled.client()
+    for info in c.list_sessions():
+        c.destroy_session(info.id)
 
 
 def newest(m: SessionMetrics) -> dict[str, KernelSample]:
@@ -78,7 +90,7 @@ def test_busy_idle_memory_oom_cli_and_summary(sampled: Server, tmp_path: Path) -
     assert c.wait_session(sid, timeout=120).status == "RUNNING"
 
     background(sampled, sid, "main1", "sh -c 'while :; do :; done'")
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     # both kernels sampled (a kernel's first rate needs two reads, and the two may start on
     # either side of a sampling round) and the busy one busy
     last = until(
@@ -90,6 +102,11 @@ def test_busy_idle_memory_oom_cli_and_summary(sampled: Server, tmp_path: Path) -
     assert idle.cpu_cores < 0.05 and busy.cpu_cores > 5 * idle.cpu_cores, last
     assert busy.mem_limit == 512 * MiB and busy.pids >= 2
     print(f"busy kernel shown after {took:.1f} s at {busy.cpu_cores:.2f} cores")
+    # within two intervals (the first may hold the loop's start only), give or take a second
+    # for a sampling round that a loaded host ran late
+    (main1,) = [k.samples for k in c.session_metrics(sid).kernels if k.hostname == "main1"]
+    first_busy = next(x.t for x in main1 if x.cpu_cores > 0.3)
+    assert first_busy - started_at <= 2 * INTERVAL + 1.0, (first_busy - started_at, main1)
 
     # Prometheus's view: the busy kernel's CPU series, with the scrape token only
     assert httpx.get(f"{sampled.url}/metrics", timeout=10).status_code == 401
@@ -137,3 +154,40 @@ def test_busy_idle_memory_oom_cli_and_summary(sampled: Server, tmp_path: Path) -
     assert summary.kernels["main1"].mean_cpu_cores > 0.1 and summary.gpu_hours == 0
     r = sampled.cli("session", "top", sid, "--once")
     assert "PEAK MEM" in r.stdout, r.stdout
+    info = c.get_session(sid)
+    assert info.usage == summary and all(x.usage is None for x in c.list_sessions(all=True))
+    r = sampled.cli("session", "info", sid)
+    assert "what it used:" in r.stdout and "PEAK MEM" in r.stdout, r.stdout
+
+
+def test_prometheus_scrapes_a_busy_kernel(sampled: Server, tmp_path: Path) -> None:
+    """Debian's Prometheus scrapes /metrics with the scrape token (a job without it gets 401)
+    and answers a PromQL query with the busy kernel's CPU series."""
+    c = sampled.client()
+    req = SessionCreate(name="scraped", image=BASE_IMAGE, resources=Resources(cpu=1, mem="256m"))
+    sid = c.create_session(req).id
+    assert c.wait_session(sid, timeout=120).status == "RUNNING"
+    background(sampled, sid, "main1", "sh -c 'while :; do :; done'")
+    token = tmp_path / "token"
+    token.write_text(SCRAPE_TOKEN + "\n")
+    token.chmod(0o600)
+    target = sampled.url.split("://", 1)[1]
+    with prometheus(tmp_path, target, token) as prom:
+        promql = 'troupe_kernel_cpu_cores{job="troupe",session="scraped",kernel="main1"}'
+        deadline = time.monotonic() + 60
+        while True:
+            found = prom.query(promql)
+            if found and float(found[0]["value"][1]) > 0.01:  # busy: as much as the host gives
+                break
+            assert time.monotonic() < deadline, (found, prom.targets())
+            time.sleep(0.5)
+        assert found[0]["metric"]["owner"] == "admin", found
+        # the series the scrapes stored: one value per scrape (every second)
+        while len(series := prom.query(f"{promql}[30s]")[0]["values"]) < 3:
+            assert time.monotonic() < deadline, series
+            time.sleep(0.5)
+        assert all(float(v) >= 0 for _, v in series), series
+        targets = prom.targets()
+        assert targets["troupe"]["health"] == "up", targets["troupe"]
+        refused = targets["troupe-without-token"]
+        assert refused["health"] == "down" and "401" in refused["lastError"], refused
