@@ -8,6 +8,7 @@ every second, so the charts change between two of the page's polls."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -108,3 +109,47 @@ def test_session_charts_render_update_and_summarise(web: Web, metered: Server) -
     expect(summary).to_contain_text("main1")
     web.shot("charts-summary", full_page=True)
     web.audit("session-summary")
+
+
+def test_gpu_charts_of_a_kernel_with_gpus(web: Web, metered: Server) -> None:
+    """This host has no GPU: the page gets the metrics answer of a kernel with two GPUs (the
+    API's shape, one GPU not reporting its figures) through Playwright's request routing."""
+    c = metered.client()
+    sid = c.create_session(
+        SessionCreate(name="gpuview", image=BASE_IMAGE, resources=Resources(cpu=0.25, mem="128m"))
+    ).id
+    gib = 1024**3
+    now = time.time()
+
+    def sample(i: int) -> dict[str, object]:
+        gpus = [
+            {"index": 0, "uuid": "GPU-0", "util_pct": 80.0 + i, "mem_bytes": 3 * gib,
+             "mem_total": 16 * gib},
+            {"index": 1, "uuid": "GPU-1", "util_pct": None, "mem_bytes": None,
+             "mem_total": 16 * gib},
+        ]  # fmt: skip
+        return {"t": now - 10 + i, "cpu_cores": 0.5, "cpu_limit": 0.25, "cpu_pct": 200.0,
+                "mem_bytes": 64 * 1024**2, "mem_limit": 128 * 1024**2, "oom_killed": True,
+                "net_rx_bps": 2048.0, "net_tx_bps": 1024.0, "blk_read_bps": 0.0,
+                "blk_write_bps": 0.0, "pids": 3, "gpus": gpus}  # fmt: skip
+
+    kernel = {"hostname": "main1", "samples": [sample(i) for i in range(5)]}
+    answer = {"id": sid, "name": "gpuview", "status": "RUNNING", "kernels": [kernel]}
+    web.page.route(f"**/v1/sessions/{sid}/metrics*", lambda route: route.fulfill(json=answer))
+    try:
+        page = web.go(f"/sessions/{sid}")
+        main1 = page.locator("#usage").get_by_role("region", name="main1")
+        expect(main1.locator("figure canvas")).to_have_count(5)
+        expect(main1.locator("figcaption", has_text="GPU utilisation: ")).to_have_text(
+            "GPU utilisation: GPU 0 84 %, GPU 1 —"
+        )
+        expect(main1.locator("figcaption", has_text="GPU memory: ")).to_have_text(
+            "GPU memory: GPU 0 3.0 GiB of 16.0 GiB, GPU 1 — of 16.0 GiB"
+        )
+        memory = main1.locator("figcaption", has_text=re.compile("^Memory: "))
+        expect(memory).to_have_text("Memory: 64.0 MiB of 128 MiB, OOM-killed")
+        web.shot("charts-gpus", full_page=True)
+        web.audit("session-gpu-charts")
+    finally:
+        web.page.unroute(f"**/v1/sessions/{sid}/metrics*")
+        c.destroy_session(sid)

@@ -29,9 +29,10 @@
   };
 
   // One small chart. ``lines``: [{label, color, dash}], ``value(sample)``: their values,
-  // ``caption(sample)``: the text alternative, ``tick``: the y axis' number format.
+  // ``caption(sample)``: the text alternative, ``tick``: the y axis' number format, ``top``:
+  // the y axis' fixed top (else a tenth above the highest value).
   class Chart {
-    constructor(parent, title, lines, value, caption, tick) {
+    constructor(parent, title, lines, value, caption, tick, top) {
       const fig = el("figure", "chart");
       const plot = el("div", "plot");
       plot.setAttribute("aria-hidden", "true");
@@ -42,7 +43,7 @@
       this.u = new uPlot({
         width: Math.max(200, plot.clientWidth || 280), height: 110,
         legend: {show: true, live: false}, cursor: {show: false},
-        scales: {y: {range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1]}},
+        scales: {y: {range: (u, lo, hi) => [0, top || (hi > 0 ? hi * 1.1 : 1)]}},
         series: [{}, ...lines.map((l) => ({label: l.label, stroke: l.color, width: 1.5, dash: l.dash,
           points: {show: false}}))],
         axes: [{size: 26, font: "11px system-ui"},
@@ -110,7 +111,7 @@
       const of = (s, g) => (s.gpus || []).find((x) => x.index === g.index) || {};
       charts.push(
         new Chart(row, "GPU utilisation", lines, (s) => gpus.map((g) => of(s, g).util_pct),
-          (s) => gpus.map((g) => `GPU ${g.index} ${pct(of(s, g).util_pct)}`).join(", "), pct),
+          (s) => gpus.map((g) => `GPU ${g.index} ${pct(of(s, g).util_pct)}`).join(", "), pct, 100),
         new Chart(row, "GPU memory", [...lines, {label: "total", color: C.limit, dash: [4, 3]}],
           (s) => [...gpus.map((g) => of(s, g).mem_bytes), Math.max(...gpus.map((g) => of(s, g).mem_total || 0))],
           (s) => gpus.map((g) => `GPU ${g.index} ${bytes(of(s, g).mem_bytes)} of ${bytes(of(s, g).mem_total)}`).join(", "),
