@@ -1,7 +1,6 @@
 // Utilisation charts (uPlot, vendored): on the session page each kernel's CPU, memory, network
 // and GPUs, on the agents page (admins) each agent's used/total. Each box asks the metrics API
-// for the samples after the newest it has, every POLL ms while the page is visible (the manager
-// takes the agents' samples every 5 s, so asking more often shows nothing new). Every chart is
+// for the samples after the newest it has (see poll), every POLL ms while the page is visible. Every chart is
 // a figure whose caption, the newest figures in words, is its text alternative; the canvas is
 // hidden from screen readers.
 "use strict";
@@ -52,6 +51,7 @@
       Object.assign(this, {fig, plot});
     }
     add(sample) {
+      if (this.last && sample.t <= this.last.t) return;  // had it (answers overlap: see poll)
       this.data[0].push(sample.t);
       this.value(sample).forEach((v, i) => this.data[i + 1].push(v ?? null));
       if (this.data[0].length > KEEP) this.data.forEach((col) => col.splice(0, col.length - KEEP));
@@ -65,16 +65,20 @@
     fit() { this.u.setSize({width: Math.max(200, this.plot.clientWidth), height: 110}); }
   }
 
-  // Polls ``url`` (with ?since=) and hands each answer to ``take``, which says whether to go on.
+  // Polls ``url`` and hands each answer to ``take``, which returns the newest sample's time
+  // (or false to stop). The next request asks for what came after that less OVERLAP seconds:
+  // another agent of the session may deliver a round that started a little earlier (its
+  // kernels' samples the charts already have are skipped).
+  const OVERLAP = 10;
   function poll(url, take) {
     let since = null, timer = null;
     async function tick() {
       if (!document.hidden) {
         try {
-          const q = since === null ? "" : `?since=${since}`;
+          const q = since === null ? "" : `?since=${since - OVERLAP}`;
           const next = take(await troupe.api("GET", url + q));
           if (next === false) return;
-          if (typeof next === "number") since = next;
+          if (typeof next === "number") since = Math.max(since ?? 0, next);
         } catch (e) { /* the next tick tries again */ }
       }
       timer = setTimeout(tick, POLL);
