@@ -6,7 +6,8 @@ and answers a PromQL query for a busy kernel's CPU series; without the token it 
 
 The manager's own agent samples every second (``--metrics-interval 1``). The test host is
 shared (two cores, other test runs): a busy loop there gets what the scheduler gives it, so
-"about a core" is checked as a clear share of one, far above the idle peer.
+"about a core" is checked as at least half of what a busy loop of the test itself gets just
+before (a core on an idle host), far above the idle peer.
 """
 
 from __future__ import annotations
@@ -74,6 +75,14 @@ def until(
         time.sleep(0.25)
 
 
+def busy_share(seconds: float = 1.0) -> float:
+    """The share of a core a busy loop gets on this host now (about 1 when it is idle)."""
+    wall, cpu = time.monotonic(), time.process_time()
+    while time.monotonic() - wall < seconds:
+        pass
+    return (time.process_time() - cpu) / (time.monotonic() - wall)
+
+
 def background(server: Server, ref: str, kernel: str, command: str) -> None:
     code, out = server.client().exec(
         ref, ["sh", "-c", f"nohup {command} >/dev/null 2>&1 &"], kernel=kernel
@@ -89,23 +98,24 @@ def test_busy_idle_memory_oom_cli_and_summary(sampled: Server, tmp_path: Path) -
     sid = c.create_session(req).id
     assert c.wait_session(sid, timeout=120).status == "RUNNING"
 
+    core = 0.5 * min(1.0, busy_share())  # "about a core", as much as the host gives now
     background(sampled, sid, "main1", "sh -c 'while :; do :; done'")
     started, started_at = time.monotonic(), time.time()
     # both kernels sampled (a kernel's first rate needs two reads, and the two may start on
     # either side of a sampling round) and the busy one busy
     last = until(
-        sampled, sid, lambda s: {"main1", "sub1"} <= s.keys() and s["main1"].cpu_cores > 0.3, 20
+        sampled, sid, lambda s: {"main1", "sub1"} <= s.keys() and s["main1"].cpu_cores > core, 20
     )
     took = time.monotonic() - started
     busy, idle = last["main1"], last["sub1"]
     assert busy.cpu_limit == 1 and busy.cpu_pct == pytest.approx(100 * busy.cpu_cores, abs=0.1)
     assert idle.cpu_cores < 0.05 and busy.cpu_cores > 5 * idle.cpu_cores, last
     assert busy.mem_limit == 512 * MiB and busy.pids >= 2
-    print(f"busy kernel shown after {took:.1f} s at {busy.cpu_cores:.2f} cores")
+    print(f"busy kernel shown after {took:.1f} s at {busy.cpu_cores:.2f} cores (> {core:.2f})")
     # within two intervals (the first may hold the loop's start only), give or take a second
     # for a sampling round that a loaded host ran late
     (main1,) = [k.samples for k in c.session_metrics(sid).kernels if k.hostname == "main1"]
-    first_busy = next(x.t for x in main1 if x.cpu_cores > 0.3)
+    first_busy = next(x.t for x in main1 if x.cpu_cores > core)
     assert first_busy - started_at <= 2 * INTERVAL + 1.0, (first_busy - started_at, main1)
 
     # Prometheus's view: the busy kernel's CPU series, with the scrape token only
