@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up troupe on a Debian 12 machine, as root, idempotently:
-#   1. Debian packages (docker.io, debootstrap, chromium for the web UI's browser tests, ...)
-#      when missing;
+#   1. Debian packages (docker.io, debootstrap, chromium for the web UI's browser tests,
+#      prometheus for the test that scrapes /metrics, ...) when missing;
 #   2. dockerd started when it does not answer (a running one is left alone);
 #   3. the virtual environment .venv with troupe installed;
 #   4. the kernel images troupe/base and troupe/pytorch, built offline and cached
@@ -20,7 +20,7 @@ step() { printf '\033[1;34m==>\033[0m %s\n' "$*"; }
 
 # --- 1. packages --------------------------------------------------------------
 need_pkgs=()
-for p in docker.io docker-compose debootstrap busybox-static iptables iproute2 util-linux python3-venv postgresql chromium rsync; do
+for p in docker.io docker-compose debootstrap busybox-static iptables iproute2 util-linux python3-venv postgresql chromium prometheus rsync; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -1,6 +1,6 @@
 """Utilisation through the manager (docs/metrics.md): the fake agent's samples reach
 ``GET /v1/sessions/{ref}/metrics`` and ``GET /v1/agents/{name}/metrics``, a finished session
-keeps its summary, and bad input is refused as everywhere."""
+keeps its summary (in its session object too), and bad input is refused as everywhere."""
 
 from __future__ import annotations
 
@@ -101,6 +101,10 @@ async def test_a_finished_session_keeps_its_summary(manager: Harness) -> None:
     # the series are dropped: a finished session shows its summary, not samples
     m = await metrics(manager, s["id"])
     assert all(k["samples"] == [] for k in m["kernels"])
+    # the session object carries it too (not the list: it reads no summaries)
+    assert (await manager.get(s["id"]))["usage"] == summary
+    r = await manager.client.get("/sessions", params={"all": True})
+    assert [x["usage"] for x in r.json()] == [None]
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from pydantic.json_schema import SkipJsonSchema
 from troupe.api import defaults
 from troupe.api.exec import KERNEL_PATTERN
 from troupe.api.lifecycle import AgentStatus, KernelStatus, SessionStatus
+from troupe.api.metrics import UsageSummary
 from troupe.api.roles import ResolvedRole, RoleSpec, roles_error, total_kernels
 from troupe.api.values import (
     ENV_NAME,
@@ -308,6 +309,8 @@ class SessionInfo(BaseModel):
         "created, started, entrypoint (the slowest kernel's) and ready (RUNNING)",
     )
     kernels: list[KernelInfo] = Field(default_factory=list)
+    #: a finished session's use (GET /v1/sessions/{ref}; null in lists and while it runs)
+    usage: UsageSummary | None = None
 
 
 class SessionSSH(BaseModel):

@@ -130,8 +130,3 @@ class Feed:
 
         await self.store.write(step)
         return summary
-
-
-async def stored_summary(db: AsyncSession, session_id: str) -> UsageSummary | None:
-    row = await db.get(SessionUsage, session_id)
-    return UsageSummary.model_validate(row.summary) if row is not None else None

@@ -416,7 +416,7 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
                 for k in s.kernels
             ],
         )
-    lines = status_info_lines(s.status_info)
+    lines = status_info_lines(s.status_info) + top.usage_lines(s.usage)
     if lines:
         console.print()
         for line in lines:

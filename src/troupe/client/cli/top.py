@@ -80,23 +80,30 @@ def kernel_rows(m: SessionMetrics) -> list[list[object]]:
 
 
 def summary_lines(m: SessionMetrics, u: UsageSummary) -> list[str]:
-    return [
-        f"session {m.name} is {m.status}; what it used:",
-        *table_lines(
-            ["KERNEL", "PEAK MEM", "MEAN CPU", "GPU-HOURS", "SECONDS", "OOM"],
+    return [f"session {m.name} is {m.status}; what it used:", *usage_table(u)]
+
+
+def usage_lines(u: UsageSummary | None) -> list[str]:
+    """A finished session's summary for ``session info`` (none while it runs)."""
+    return [] if u is None else ["what it used:", *usage_table(u)]
+
+
+def usage_table(u: UsageSummary) -> list[str]:
+    """Per kernel and the session: peak memory, mean CPU, GPU-hours, seconds sampled, OOM."""
+    return table_lines(
+        ["KERNEL", "PEAK MEM", "MEAN CPU", "GPU-HOURS", "SECONDS", "OOM"],
+        [
             [
-                [
-                    host,
-                    human_size(k.peak_mem_bytes),
-                    f"{k.mean_cpu_cores:.2f}",
-                    f"{k.gpu_hours:.3f}",
-                    f"{k.seconds:.0f}",
-                    "yes" if k.oom_killed else "-",
-                ]
-                for host, k in [*u.kernels.items(), ("(session)", u)]
-            ],
-        ),
-    ]
+                host,
+                human_size(k.peak_mem_bytes),
+                f"{k.mean_cpu_cores:.2f}",
+                f"{k.gpu_hours:.3f}",
+                f"{k.seconds:.0f}",
+                "yes" if k.oom_killed else "-",
+            ]
+            for host, k in [*u.kernels.items(), ("(session)", u)]
+        ],
+    )
 
 
 def session_view(m: SessionMetrics) -> list[str]:

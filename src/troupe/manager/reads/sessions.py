@@ -18,9 +18,10 @@ from starlette.requests import HTTPConnection
 
 from troupe.api.errors import Invalid, NotFound
 from troupe.api.lifecycle import SESSION_ACTIVE, SESSION_FINAL
+from troupe.api.metrics import UsageSummary
 from troupe.api.models import NAME_PATTERN, SessionInfo
 from troupe.manager.reads.wire import as_infos, session_columns, session_info, session_wires
-from troupe.manager.store.models import Session, User
+from troupe.manager.store.models import Session, SessionUsage, User
 
 #: Which sessions a list shows: active ones, finished ones, or both.
 Which = Literal["active", "final", "all"]
@@ -102,8 +103,17 @@ async def lookup(conn: HTTPConnection, user: User, ref: str) -> Session:
 
 
 async def session_by_ref(db: AsyncSession, user: User, ref: str) -> SessionInfo:
-    """:func:`find_session` as the API shows it."""
-    return session_info(await find_session(db, user, ref))
+    """:func:`find_session` as the API shows it; a finished one with its usage summary."""
+    info = session_info(await find_session(db, user, ref))
+    if info.status.is_final:
+        info.usage = await stored_summary(db, info.id)
+    return info
+
+
+async def stored_summary(db: AsyncSession, session_id: str) -> UsageSummary | None:
+    """The usage summary kept when the session finished (None if nothing was sampled)."""
+    row = await db.get(SessionUsage, session_id)
+    return UsageSummary.model_validate(row.summary) if row is not None else None
 
 
 @functools.cache

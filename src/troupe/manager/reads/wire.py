@@ -168,6 +168,7 @@ def session_wire(
             }
             for k, p in zip(kernels, kernel_phases, strict=True)
         ],
+        "usage": None,  # read for one finished session only (reads.sessions.session_by_ref)
     }
 
 

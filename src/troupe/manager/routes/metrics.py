@@ -15,8 +15,8 @@ from fastapi import APIRouter, Query, Request
 from troupe.api.errors import NotFound
 from troupe.api.metrics import AgentUsage, KernelMetrics, SessionMetrics, parse_since
 from troupe.manager.deps import DB, AdminUser, CurrentUser
-from troupe.manager.metrics_feed import Feed, stored_summary
-from troupe.manager.reads.sessions import lookup
+from troupe.manager.metrics_feed import Feed
+from troupe.manager.reads.sessions import lookup, stored_summary
 from troupe.manager.store.models import Agent
 
 router = APIRouter(tags=["metrics"])
