@@ -94,10 +94,9 @@ async def record_running_exit(life: Life, agent_id: str, ev: KernelExit) -> Outc
         if k.status != KernelStatus.RUNNING:
             return None  # reported already
         _mark(k, ev, changes_of(db))
-        if times.over_time(s, utcnow()):  # told to stop: ends once all did (or the grace ran out)
-            return (
-                None if times.still_running(s) else Outcome(S.TERMINATED, *times.time_limit_end(s))
-            )
+        if times.over_time(s, utcnow()):  # told to stop: the end once every kernel stopped
+            end = times.grace_exit(s)
+            return None if end is None else Outcome(S.TERMINATED, *end)
         if s.type == SessionType.BATCH and k.role == "main":
             return Outcome(
                 SessionStatus.TERMINATED, batch_info(ev, k.hostname, s.mem), ev.exit_code

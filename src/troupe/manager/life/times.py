@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import flag_modified
 
 from troupe.api.durations import format_duration
 from troupe.api.errors import Invalid, NotRunning, QuotaExceeded
@@ -109,9 +110,14 @@ def time_limit_end(s: Session) -> tuple[dict[str, Any], int | None]:
     return info, code
 
 
-def still_running(s: Session) -> bool:
-    """Some kernel has not stopped yet (the grace after the SIGTERM goes on)."""
-    return any(k.status == KernelStatus.RUNNING for k in s.kernels)
+def grace_exit(s: Session) -> tuple[dict[str, Any], int | None] | None:
+    """A kernel of a session past its time limit stopped (the exits step): the end once none
+    runs any more (None: the grace goes on). The session's row is marked written, so that two
+    exits recorded at once conflict (row version) and the second sees the first."""
+    flag_modified(s, "status_info")
+    if any(k.status == KernelStatus.RUNNING for k in s.kernels):
+        return None
+    return time_limit_end(s)
 
 
 def idle_reason(idle_timeout: int) -> str:
