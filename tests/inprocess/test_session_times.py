@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.inprocess.conftest import Harness, eventually
-from tests.inprocess.helpers import error_of, running
+from tests.inprocess.helpers import error_of, running, signed_in
 from tests.inprocess.test_errors import new_user
 from troupe.api.exec import ExecItem
 from troupe.manager.reaper import STOP_COMMAND, Reaper
@@ -329,3 +329,17 @@ async def test_the_idle_clock_survives_a_manager_restart(manager: Harness) -> No
     await settle(reaper)
     s = await manager.get("idle")
     assert s["status"] == "TERMINATED" and s["status_info"]["reason"] == "idle for 10 min"
+
+
+async def test_the_session_page_shows_the_clocks(manager: Harness) -> None:
+    reaper, clock = await hand_driven(manager)
+    s = await running(manager, "shown", idle_timeout=1800, time_limit=7200)
+    clock.now += 1
+    await reaper.tick()
+    c = await signed_in(manager)
+    page = (await c.get(f"/sessions/{s['id']}")).text
+    assert "<dt>Time limit</dt>" in page and "2 h (stop grace 10 s), reached " in page
+    assert "<dt>Idle reclaim</dt>" in page
+    assert "idle for 0 s, ends in 29 min (after 30 min idle)" in page or (
+        "idle for 1 s, ends in 29 min (after 30 min idle)" in page
+    ), page
