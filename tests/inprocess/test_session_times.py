@@ -343,3 +343,23 @@ async def test_the_session_page_shows_the_clocks(manager: Harness) -> None:
     assert "idle for 0 s, ends in 29 min (after 30 min idle)" in page or (
         "idle for 1 s, ends in 29 min (after 30 min idle)" in page
     ), page
+
+
+async def test_a_new_idle_timeout_counts_from_the_change(manager: Harness) -> None:
+    reaper, clock = await hand_driven(manager)
+    await running(manager, "old")
+    clock.now += 3600  # an hour without an idle timeout
+    await reaper.tick()
+    r = await manager.client.patch("/sessions/old", json={"idle_timeout": 30})
+    assert r.status_code == 200 and r.json()["idle_since"] is None, r.text
+    changed = clock.now
+    clock.now += 20
+    await reaper.tick()
+    await settle(reaper)
+    s = await manager.get("old")
+    assert s["status"] == "RUNNING"
+    assert datetime.fromisoformat(s["idle_since"]).timestamp() == pytest.approx(changed, abs=0.01)
+    clock.now += 11
+    await reaper.tick()
+    await settle(reaper)
+    assert (await manager.get("old"))["status_info"]["reason"] == "idle for 30 s"

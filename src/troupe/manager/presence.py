@@ -54,6 +54,10 @@ class Presence:
             del self._open[session_id]
         self._seen[session_id] = self.clock()
 
+    def touch(self, session_id: str) -> None:
+        """The session was used just now without a connection (its idle timeout changed)."""
+        self._seen[session_id] = self.clock()
+
     def connected(self, session_id: str) -> bool:
         return self._open[session_id] > 0
 

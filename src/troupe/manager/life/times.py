@@ -136,7 +136,8 @@ def idle_end(idle_timeout: int, idle_since: datetime) -> dict[str, Any]:
 
 async def change(life: Life, session_id: str, limits: Limits, given: dict[str, int | None]) -> None:
     """Sets the clocks ``given`` of an active session, within ``limits`` (the caller's: an
-    admin's are none). A shorter limit may be due at once: the reaper acts at its next round."""
+    admin's are none). A shorter time limit may be due at once: the reaper acts at its next
+    round. A new idle timeout starts a new idle clock (the route counts the change as use)."""
     for field, value in given.items():
         check_change(limits, field, value)
 
@@ -148,7 +149,7 @@ async def change(life: Life, session_id: str, limits: Limits, given: dict[str, i
             raise Invalid.field_rule("idle_timeout", "only interactive sessions have one")
         for field, value in given.items():
             setattr(s, field, value)
-            if field == "idle_timeout" and value is None:
-                s.idle_since = None
+        if "idle_timeout" in given:  # (the caller counts the change as use: a new clock)
+            s.idle_since = None
 
     await life.store.write(step)

@@ -10,6 +10,7 @@ from troupe.api.session_times import SessionUpdate
 from troupe.manager import quotas
 from troupe.manager.deps import DB, CurrentUser, RegistryDep
 from troupe.manager.life import times
+from troupe.manager.presence import presence_of
 from troupe.manager.reads.sessions import lookup, session_by_ref
 
 router = APIRouter(tags=["sessions"])
@@ -24,6 +25,8 @@ async def set_session(
     s = await lookup(request, user, ref)
     given = {f: getattr(req, f) for f in req.model_fields_set}
     await times.change(registry.life, s.id, quotas.limits_of(registry.config, user), given)
+    if "idle_timeout" in given:  # a new idle timeout counts from now
+        presence_of(request.app.state).touch(s.id)
     reaper = getattr(request.app.state, "reaper", None)
     if reaper is not None:
         reaper.wake()
