@@ -172,6 +172,7 @@ DETAIL = {
     "limits": {
         "sessions": 4, "kernels": None, "cpu": 2.5, "mem": 2 * 1024**3, "gpu": 0,
         "streams": 32, "max_priority": 0, "groups": ["default"],
+        "max_time_limit": 7200, "max_idle_timeout": None,
     },
     "overrides": {"mem": 2 * 1024**3},
     "usage": {"sessions": 1, "kernels": 2, "cpu": 1.0, "mem": 1024**3, "gpu": 0},
@@ -186,6 +187,8 @@ def test_user_limits_shows_the_typed_answer(server: type[Server]) -> None:
     assert rows["mem"] == ["2g", "1g", "user"] and rows["cpu"] == ["2.5", "1", "default"]
     assert rows["kernels"] == ["unlimited", "2", "default"]
     assert rows["groups"] == ["default", "-", "default"] and rows["user:"] == ["bob"]
+    assert rows["max_time_limit"] == ["2", "h", "-", "default"]
+    assert rows["max_idle_timeout"] == ["unlimited", "-", "default"]
     code, output = troupe("user", "limits", "bob", "--mem", "2g", "--json")
     assert code == 0 and json.loads(output) == DETAIL, output
     assert server.seen[-1] == ("PUT", "/v1/users/bob/limits")

@@ -73,6 +73,10 @@ def stored(draw: st.DrawFn) -> tuple[dict[str, Any], str, list[dict[str, Any]]]:
         "started_at": draw(st.none() | times),
         "terminated_at": draw(st.none() | times),
         "timeline": draw(phase_stamps | stamps),
+        "time_limit": draw(st.none() | st.integers(1, 366 * 86400)),
+        "stop_grace": draw(st.integers(0, 3600)),
+        "idle_timeout": draw(st.none() | st.integers(10, 366 * 86400)),
+        "idle_since": draw(st.none() | times),
     }
     kernels = [
         {

@@ -93,7 +93,10 @@ WHY: Mapping[type[StrEnum], Mapping[tuple[str, str], str]] = {
         (S.SCHEDULED, S.TERMINATING): "destroyed, agent lost, or manager restarted",
         (S.PREPARING, S.RUNNING): "every kernel reaches every other (readiness barrier)",
         (S.PREPARING, S.TERMINATING): "a step failed or timed out, a kernel exited, destroyed",
-        (S.RUNNING, S.TERMINATING): "destroyed, a kernel exited, batch ended, agent lost",
+        (
+            S.RUNNING,
+            S.TERMINATING,
+        ): "destroyed, a kernel exited, batch ended, agent lost, a clock ran out",
         (S.TERMINATING, S.TERMINATED): "kernels and network removed after a destroy or batch end",
         (S.TERMINATING, S.ERROR): "kernels and network removed after a failure",
     },

@@ -20,6 +20,7 @@ from troupe.api.exec import KERNEL_PATTERN
 from troupe.api.lifecycle import AgentStatus, KernelStatus, SessionStatus
 from troupe.api.metrics import UsageSummary
 from troupe.api.roles import ResolvedRole, RoleSpec, roles_error, total_kernels
+from troupe.api.session_times import TimesCreate, TimesInfo
 from troupe.api.values import (
     ENV_NAME,
     MAX_IMAGE_LENGTH,
@@ -113,7 +114,7 @@ class Mount(Strict):
         return cls(folder=name, readonly=mode == "ro")
 
 
-class SessionCreate(Strict):
+class SessionCreate(TimesCreate, Strict):
     name: Name
     image: str = Field(
         min_length=1,
@@ -277,7 +278,7 @@ class KernelInfo(BaseModel):
     )
 
 
-class SessionInfo(BaseModel):
+class SessionInfo(TimesInfo):
     id: str
     name: str
     owner: str

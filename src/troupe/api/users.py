@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from troupe.api.durations import MAX_SECONDS, Duration
 from troupe.api.models import Name, Strict, UserInfo, parse_size
 
 
@@ -28,6 +29,12 @@ class LimitsUpdate(Strict):
     streams: int | None = Field(None, ge=1, description="concurrent waits, follows, execs")
     max_priority: int | None = Field(None, ge=-100, le=100, description="highest priority")
     groups: list[Name] | None = Field(None, description="resource groups the user may use")
+    max_time_limit: Duration | None = Field(
+        None, ge=1, le=MAX_SECONDS, description="longest time limit of a session (s, or 2h)"
+    )
+    max_idle_timeout: Duration | None = Field(
+        None, ge=1, le=MAX_SECONDS, description="longest idle timeout of a session (s, or 2h)"
+    )
 
     @field_validator("mem", mode="before")
     @classmethod
@@ -49,6 +56,8 @@ class Limits(BaseModel):
     streams: int | None = None
     max_priority: int | None = None
     groups: list[str] | None = None
+    max_time_limit: int | None = None
+    max_idle_timeout: int | None = None
 
 
 class Usage(BaseModel):

@@ -228,6 +228,13 @@ class Client:
             self._req("GET", session_path(ref, "wait"), params=params, timeout=timeout + 10),
         )
 
+    def set_session(self, ref: str, changes: dict[str, Any]) -> SessionInfo:
+        """Changes a session's clocks (owner or admin): ``time_limit``, ``stop_grace``,
+        ``idle_timeout`` as seconds or strings such as ``2h``; None: no limit."""
+        from troupe.api.models import SessionInfo
+
+        return _one(SessionInfo, self._req("PATCH", session_path(ref), json=changes))
+
     def destroy_session(self, ref: str) -> SessionInfo:
         from troupe.api.models import SessionInfo
 

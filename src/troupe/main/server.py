@@ -97,6 +97,28 @@ def run(
     quota_streams: Annotated[
         int, typer.Option(min=1, help="per-user limit: concurrent waits, follows, execs, shells")
     ] = defaults.QUOTA_STREAMS,
+    default_time_limit: Annotated[
+        str | None, typer.Option(help="time limit of sessions that give none, e.g. 1d")
+    ] = None,
+    default_idle_timeout: Annotated[
+        str | None,
+        typer.Option(help="idle timeout of interactive sessions that give none, e.g. 2h"),
+    ] = None,
+    max_time_limit: Annotated[
+        str | None, typer.Option(help="default per-user limit: longest time limit, e.g. 7d")
+    ] = None,
+    max_idle_timeout: Annotated[
+        str | None, typer.Option(help="default per-user limit: longest idle timeout, e.g. 1d")
+    ] = None,
+    idle_cpu: Annotated[
+        float, typer.Option(min=0, help="a kernel below this many cores is quiet (idle reclaim)")
+    ] = 0.05,
+    idle_gpu: Annotated[
+        float, typer.Option(min=0, max=100, help="a kernel's GPUs below this % are quiet")
+    ] = 5.0,
+    reap_interval: Annotated[
+        float, typer.Option(min=0.1, help="seconds between checks of time limits and idleness")
+    ] = 5.0,
     agent_ca: Annotated[
         Path | None, typer.Option(help="CA file to verify agents that serve HTTPS")
     ] = None,
@@ -129,6 +151,14 @@ def run(
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint=hint) from e
 
+    clocks = _durations(
+        {
+            "--default-time-limit": default_time_limit,
+            "--default-idle-timeout": default_idle_timeout,
+            "--max-time-limit": max_time_limit,
+            "--max-idle-timeout": max_idle_timeout,
+        }
+    )
     import uvicorn
 
     from troupe.agent.docker_backend import DockerAgent
@@ -167,6 +197,13 @@ def run(
             quota_mem=sizes["--quota-mem"],
             quota_gpu=quota_gpu,
             quota_streams=quota_streams,
+            default_time_limit=clocks["--default-time-limit"],
+            default_idle_timeout=clocks["--default-idle-timeout"],
+            quota_time_limit=clocks["--max-time-limit"],
+            quota_idle_timeout=clocks["--max-idle-timeout"],
+            idle_cpu=idle_cpu,
+            idle_gpu=idle_gpu,
+            reap_interval=reap_interval,
             agent_ca_file=agent_ca,
             metrics_token_file=metrics_token_file,
             app_domain=app_domain,
@@ -204,3 +241,19 @@ def run(
     from troupe.main.access_log import uvicorn_log_config  # (request lines without secrets)
 
     uvicorn.run(app, host=host, port=port, log_level=log_level, log_config=uvicorn_log_config())
+
+
+def _durations(given: dict[str, str | None]) -> dict[str, int | None]:
+    """Each option's seconds (None: not given); BadParameter naming a bad one."""
+    from troupe.api.durations import MAX_SECONDS, RULE, parse_duration
+
+    out: dict[str, int | None] = {}
+    for hint, value in given.items():
+        try:
+            out[hint] = None if value is None else parse_duration(value)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint=hint) from e
+        seconds = out[hint]
+        if seconds is not None and not 1 <= seconds <= MAX_SECONDS:
+            raise typer.BadParameter(f"{RULE}, from 1 s to 366 days", param_hint=hint)
+    return out

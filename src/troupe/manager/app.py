@@ -25,10 +25,21 @@ from troupe.manager.config import ServerConfig
 from troupe.manager.fleet import RemoteFactory
 from troupe.manager.limits import BodyLimit
 from troupe.manager.metrics_feed import Feed
+from troupe.manager.presence import presence_of
+from troupe.manager.reaper import Reaper
 from troupe.manager.registry import Registry
 from troupe.manager.remote_agent import verifying_with
 from troupe.manager.routes import agents as agent_routes
-from troupe.manager.routes import apps, folders, metrics, misc, reach, sessions, users
+from troupe.manager.routes import (
+    apps,
+    folders,
+    metrics,
+    misc,
+    reach,
+    session_times,
+    sessions,
+    users,
+)
 from troupe.manager.store.db import make_engine, migrate
 from troupe.manager.store.unit import Store
 from troupe.manager.web import pages as web_pages
@@ -86,9 +97,12 @@ def create_app(
         app.state.keys, app.state.scrape_token = keys, token
         app.state.metrics = feed = Feed(registry.fleet, store)
         feed.start()
+        app.state.reaper = reaper = Reaper(registry, feed, presence_of(app.state))
+        reaper.start()
         try:
             yield
         finally:
+            await reaper.stop()
             await feed.stop()
             await close_apps(app.state)
             await registry.stop()
@@ -105,7 +119,8 @@ def create_app(
     edge.install(app)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(prometheus.Latency)
-    for module in (sessions, reach, apps, folders, users, misc, agent_routes, metrics):
+    routers = (sessions, session_times, reach, apps, folders, users, misc, agent_routes, metrics)
+    for module in routers:
         app.include_router(module.router, prefix="/v1")
     app.include_router(prometheus.router)
     openapi.install(app)

@@ -69,6 +69,20 @@ class ServerConfig:
     #: File holding the token Prometheus scrapes ``/metrics`` with (besides an admin's key).
     metrics_token_file: Path | None = None
 
+    # -- session clocks (docs/policies.md) --------------------------------------------------
+    #: Seconds a session may run when it asks for no time limit (None: none).
+    default_time_limit: int | None = None
+    #: Idle seconds before an interactive session that asks for no idle timeout is destroyed.
+    default_idle_timeout: int | None = None
+    #: Default per-user maxima of the two (admins may set others per user).
+    quota_time_limit: int | None = None
+    quota_idle_timeout: int | None = None
+    #: A kernel is quiet below this many cores (5% of one) and this GPU utilisation (%).
+    idle_cpu: float = 0.05
+    idle_gpu: float = 5.0
+    #: Seconds between two checks of the reaper (time limits and idle sessions), at most.
+    reap_interval: float = 5.0
+
     # -- apps in main1 (docs/apps.md) ------------------------------------------------------
     #: Apps are served from ``<port>-<session id>.<app_domain>``: a host name and an optional
     #: port, e.g. ``apps.example.com`` (DNS: a wildcard record). None: ``apps.localhost`` on

@@ -4,8 +4,9 @@ user's active sessions and the request, the users routes show what it computes.
 
 Keys: ``sessions`` (active sessions), ``kernels`` (their kernels), ``cpu``, ``mem``, ``gpu``
 (sums over the active sessions' kernels, each with its role's size), ``streams`` (concurrent long
-requests), ``max_priority`` (a higher priority is refused) and ``groups`` (the resource groups
-the user may use). A limit of ``None`` is no limit.
+requests), ``max_priority`` (a higher priority is refused), ``groups`` (the resource groups
+the user may use), ``max_time_limit`` and ``max_idle_timeout`` (the longest clocks a session
+may have: :mod:`troupe.manager.life.times`). A limit of ``None`` is no limit.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def server_defaults(config: ServerConfig) -> Limits:
         streams=config.quota_streams,
         max_priority=0,
         groups=[defaults.GROUP],
+        max_time_limit=config.quota_time_limit,
+        max_idle_timeout=config.quota_idle_timeout,
     )
 
 

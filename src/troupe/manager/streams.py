@@ -6,7 +6,8 @@ goes away; one over the user's limit is refused with 429 (``too_many``) before i
 starts. The limit is the user's ``limits["streams"]`` if an admin set one, else
 ``ServerConfig.quota_streams``; admins are counted too (a stuck script of theirs holds
 connections like anyone's). Counts live in this process only: a manager restart ends every
-stream anyway.
+stream anyway. A stream into a session's kernels (exec, shell, tunnel) is also a connection to
+that session (:mod:`troupe.manager.presence`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from troupe.api.errors import TooMany
+from troupe.manager.presence import Connection, Presence, presence_of
 from troupe.manager.store.models import User
 
 T = TypeVar("T")
@@ -30,14 +32,16 @@ T = TypeVar("T")
 class Slot:
     """One open stream of a user; :meth:`release` is idempotent."""
 
-    def __init__(self, streams: Streams, user_id: str) -> None:
-        self._streams, self._user_id = streams, user_id
+    def __init__(self, streams: Streams, user_id: str, to: Connection | None = None) -> None:
+        self._streams, self._user_id, self._to = streams, user_id, to
         self.released = False
 
     def release(self) -> None:
         if not self.released:
             self.released = True
             self._streams._close(self._user_id)
+            if self._to is not None:
+                self._to.close()
 
     def __enter__(self) -> Slot:
         return self
@@ -47,8 +51,9 @@ class Slot:
 
 
 class Streams:
-    def __init__(self, default_limit: int) -> None:
+    def __init__(self, default_limit: int, presence: Presence | None = None) -> None:
         self.default_limit = default_limit
+        self.presence = presence or Presence()
         self._open: Counter[str] = Counter()
 
     def limit_of(self, user: User) -> int:
@@ -60,8 +65,9 @@ class Streams:
     def open_count(self, user_id: str) -> int:
         return self._open[user_id]
 
-    def open(self, user: User) -> Slot:
-        """A slot for one more stream of ``user``, or :class:`TooMany`."""
+    def open(self, user: User, session_id: str | None = None) -> Slot:
+        """A slot for one more stream of ``user``, or :class:`TooMany`; with ``session_id``,
+        a connection to that session too (it is not idle while the slot is held)."""
         limit = self.limit_of(user)
         n = self._open[user.id]
         if n >= limit:
@@ -70,7 +76,8 @@ class Streams:
                 f" execs, shells) and the limit is {limit}; end one or try again later"
             )
         self._open[user.id] = n + 1
-        return Slot(self, user.id)
+        to = self.presence.hold(session_id) if session_id is not None else None
+        return Slot(self, user.id, to)
 
     def _close(self, user_id: str) -> None:
         self._open[user_id] -= 1
@@ -83,7 +90,8 @@ def streams_of(conn: HTTPConnection) -> Streams:
     state = conn.app.state
     streams: Streams | None = getattr(state, "streams", None)
     if streams is None:
-        streams = state.streams = Streams(state.registry.config.quota_streams)
+        streams = Streams(state.registry.config.quota_streams, presence_of(state))
+        state.streams = streams
     return streams
 
 

@@ -30,7 +30,18 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="print only the API key")]
 
 #: The limits, in the order shown; ``troupe user limits --reset`` takes these names.
-LIMIT_KEYS = ("sessions", "kernels", "cpu", "mem", "gpu", "streams", "max_priority", "groups")
+LIMIT_KEYS = (
+    "sessions",
+    "kernels",
+    "cpu",
+    "mem",
+    "gpu",
+    "streams",
+    "max_priority",
+    "groups",
+    "max_time_limit",
+    "max_idle_timeout",
+)
 
 
 def _print_key(user: UserInfo, quiet: bool, json_: bool, done: str) -> None:
@@ -98,6 +109,10 @@ def _limit_text(key: str, value: Any) -> str:
         return ", ".join(value) or "none"
     if isinstance(value, float):
         return f"{value:g}"
+    if key.startswith("max_") and key.endswith(("_limit", "_timeout")):
+        from troupe.api.durations import format_duration
+
+        return format_duration(value)
     return str(value)
 
 
@@ -152,6 +167,12 @@ def limits(
     groups: Annotated[
         str | None, typer.Option(help="resource groups the user may use: a,b ('' for none)")
     ] = None,
+    max_time_limit: Annotated[
+        str | None, typer.Option(help="longest session time limit, e.g. 1d (90s, 2h)")
+    ] = None,
+    max_idle_timeout: Annotated[
+        str | None, typer.Option(help="longest idle timeout of a session, e.g. 4h")
+    ] = None,
     reset: Annotated[
         str | None,
         typer.Option(help="limits back to the server's default: names (a,b) or 'all'"),
@@ -169,6 +190,8 @@ def limits(
         "streams": streams,
         "max_priority": max_priority,
         "groups": None if groups is None else [g.strip() for g in groups.split(",") if g.strip()],
+        "max_time_limit": max_time_limit,
+        "max_idle_timeout": max_idle_timeout,
     }
     changes = {k: v for k, v in given.items() if v is not None}
     if reset is not None:

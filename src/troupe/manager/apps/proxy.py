@@ -43,6 +43,7 @@ from troupe.manager.apps.gate import (
 from troupe.manager.apps.links import COOKIE, COOKIE_SECONDS, ENTER_PATH, links_of, make_cookie
 from troupe.manager.apps.origins import AppTarget
 from troupe.manager.apps.tunnel import Tunnels
+from troupe.manager.presence import presence_of
 
 #: Headers of one connection, not of the message (RFC 9110, 7.6.1): never forwarded.
 HOP_BY_HOP = frozenset(
@@ -119,10 +120,11 @@ async def serve(
     except Refused as e:
         await refuse(e, scope, receive, send)
         return
-    if scope["type"] == "websocket":
-        await sockets.relay(access, target, scope, receive, send, upstream_headers(scope))
-    else:
-        await relay_http(state, access, target, scope, receive, send)
+    with presence_of(state).hold(target.session_id):  # an app in use: the session is not idle
+        if scope["type"] == "websocket":
+            await sockets.relay(access, target, scope, receive, send, upstream_headers(scope))
+        else:
+            await relay_http(state, access, target, scope, receive, send)
 
 
 async def refuse(e: Refused, scope: Scope, receive: Receive, send: Send) -> None:

@@ -37,6 +37,7 @@ from troupe.api.users import Usage
 from troupe.cluster import build_cluster, generate_ed25519
 from troupe.manager import disk, quotas
 from troupe.manager.fleet import offered_gpus
+from troupe.manager.life import times
 from troupe.manager.life.context import Life
 from troupe.manager.roles import request_of
 from troupe.manager.scheduler import AgentState, Part, never_fits
@@ -128,6 +129,9 @@ async def admit(life: Life, owner: User, req: SessionCreate) -> Session:
     await disk.check_room(life.config)
     limits = quotas.limits_of(life.config, owner)
     _refuse(quotas.check_static(limits, _ask(req)))
+    clocks = times.for_new(
+        life.config, limits, req.type, req.time_limit, req.stop_grace, req.idle_timeout
+    )
     async with life.store() as db:
         if not owner.admin:  # early, so a refusal says the quota; checked again when stored
             _refuse(quotas.check(limits, await active_usage(db, owner.id), _ask(req)))
@@ -175,6 +179,11 @@ async def admit(life: Life, owner: User, req: SessionCreate) -> Session:
             used = await active_usage(db, user.id)
             _refuse(quotas.check(quotas.limits_of(life.config, user), used, _ask(req)))
         s = new_session(session_id, owner, req, folders, changes_of(db))
+        s.time_limit, s.stop_grace, s.idle_timeout = (
+            clocks.time_limit,
+            clocks.stop_grace,
+            clocks.idle_timeout,
+        )
         db.add(s)
         return s
 

@@ -15,13 +15,15 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.agent import KernelExit
-from troupe.api.lifecycle import KernelStatus, SessionStatus, transition
+from troupe.api.lifecycle import KernelStatus, SessionStatus, transition, utcnow
 from troupe.api.models import SessionType, format_size
+from troupe.manager.life import times
 from troupe.manager.life.context import Life
 from troupe.manager.store.models import Kernel, Session
 from troupe.manager.store.unit import changes_of
 
 log = logging.getLogger(__name__)
+S = SessionStatus
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,9 @@ async def record_running_exit(life: Life, agent_id: str, ev: KernelExit) -> Outc
         if k.status != KernelStatus.RUNNING:
             return None  # reported already
         _mark(k, ev, changes_of(db))
+        if times.over_time(s, utcnow()):  # told to stop: the end once every kernel stopped
+            end = times.grace_exit(s)
+            return None if end is None else Outcome(S.TERMINATED, *end)
         if s.type == SessionType.BATCH and k.role == "main":
             return Outcome(
                 SessionStatus.TERMINATED, batch_info(ev, k.hostname, s.mem), ev.exit_code

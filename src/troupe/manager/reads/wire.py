@@ -18,7 +18,9 @@ from typing import Any
 from sqlalchemy import Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from troupe.api.lifecycle import SessionStatus
 from troupe.api.models import SessionInfo
+from troupe.api.session_times import STOP_GRACE, deadline, idle_deadline
 from troupe.manager.store.models import Kernel, Session, User
 
 #: Phases of a kernel's start-up, in order (stamped in its timeline).
@@ -50,6 +52,10 @@ SESSION_COLUMNS = (
     Session.started_at,
     Session.terminated_at,
     Session.timeline,
+    Session.time_limit,
+    Session.stop_grace,
+    Session.idle_timeout,
+    Session.idle_since,
 )
 KERNEL_COLUMNS = (
     Kernel.session_id,
@@ -122,6 +128,7 @@ def session_wire(
     of its time; a property test holds this shape to the model's own validation and dump."""
     session_phases, kernel_phases = phases(s, kernels)
     return {
+        **clocks(s),  # (first: SessionInfo has them from its base, TimesInfo)
         "id": s["id"],
         "name": s["name"],
         "owner": owner,
@@ -169,6 +176,21 @@ def session_wire(
             for k, p in zip(kernels, kernel_phases, strict=True)
         ],
         "usage": None,  # read for one finished session only (reads.sessions.session_by_ref)
+    }
+
+
+def clocks(s: Mapping[str, Any]) -> dict[str, Any]:
+    """The session's clocks as :class:`~troupe.api.session_times.TimesInfo` shows them: its
+    durations and the deadlines they make (idle ones only while it is RUNNING)."""
+    running = s["status"] == SessionStatus.RUNNING
+    idle_since = s["idle_since"] if running and s["idle_timeout"] is not None else None
+    return {
+        "time_limit": s["time_limit"],
+        "stop_grace": s["stop_grace"] if s["stop_grace"] is not None else STOP_GRACE,
+        "idle_timeout": s["idle_timeout"],
+        "deadline": deadline(s["started_at"], s["time_limit"]),
+        "idle_since": idle_since,
+        "idle_deadline": idle_deadline(idle_since, s["idle_timeout"]),
     }
 
 

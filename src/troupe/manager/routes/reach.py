@@ -59,7 +59,7 @@ async def _serve(ws: WebSocket, ref: str, kernel: str, command: Callable[[], lis
             argv = command()
             s = await lookup(ws, user, ref)
             agent, container_id = kernel_io.kernel_target(ws.app.state.registry.fleet, s, kernel)
-            stack.enter_context(streams_of(ws).open(user))
+            stack.enter_context(streams_of(ws).open(user, s.id))
             pipe = await stack.enter_async_context(agent.pipe(container_id, argv))
         except TroupeError as e:
             await ws.send_text(json.dumps(e.to_wire()))

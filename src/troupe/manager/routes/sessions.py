@@ -185,7 +185,7 @@ async def session_exec(
         except TroupeError as e:  # the status is sent already: the last line says it
             yield wire_exec.encode(e)
 
-    return SlotResponse(streams.open(user), body(), media_type=wire_exec.MEDIA_TYPE)
+    return SlotResponse(streams.open(user, s.id), body(), media_type=wire_exec.MEDIA_TYPE)
 
 
 @router.websocket("/sessions/{ref}/shell")
@@ -205,7 +205,7 @@ async def session_shell(ws: WebSocket, ref: str, kernel: str = "main1") -> None:
         user = await authenticate(ws.app.state.db, ws)
         s = await lookup(ws, user, ref)
         agent, container_id = kernel_io.kernel_target(ws.app.state.registry.fleet, s, kernel)
-        slot = streams_of(ws).open(user)
+        slot = streams_of(ws).open(user, s.id)
     except TroupeError as e:
         await ws.send_text(json.dumps(e.to_wire()))
         await ws.close(code=4000 + http_status(e))

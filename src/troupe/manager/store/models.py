@@ -198,6 +198,12 @@ class Session(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column()
     terminated_at: Mapped[datetime | None] = mapped_column()
+    #: its clocks (docs/policies.md): seconds from RUNNING to the SIGTERM, from the SIGTERM to
+    #: the end, and idle seconds before it is destroyed; since when it is idle (the reaper's)
+    time_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    stop_grace: Mapped[int] = mapped_column(Integer, default=10, server_default="10")
+    idle_timeout: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    idle_since: Mapped[datetime | None] = mapped_column()
     version: Mapped[int] = mapped_column(Integer, server_default="0")
     kernels: Mapped[list[Kernel]] = relationship(
         back_populates="session",

@@ -252,3 +252,15 @@ def largest_now(
 def percent(used: float, total: float) -> float:
     """Share of ``total`` in use, 0-100, for capacity bars."""
     return 0.0 if total <= 0 else round(min(max(100 * used / total, 0.0), 100.0), 1)
+
+
+def clock_lines(s: SessionInfo) -> list[tuple[str, str]]:
+    """The session's time limit and idle reclaim, as the facts show them (UTC)."""
+    from datetime import UTC, datetime
+
+    from troupe.api.session_times import describe
+
+    def when(t: datetime) -> str:
+        return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    return describe(s, s.status == S.RUNNING, datetime.now(UTC), when)
