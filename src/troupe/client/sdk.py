@@ -31,6 +31,7 @@ from troupe.client.settings import load_settings, plain_http
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from troupe.api.events import AuditEntry, SessionEvent
     from troupe.api.metrics import AgentUsage, SessionMetrics
     from troupe.api.models import (
         AgentInfo,
@@ -71,6 +72,11 @@ def _one(model: type[M], data: Any) -> M:
         raise UnexpectedAnswer(
             f"unexpected answer from the server (not a {model.__name__}: {where}: {err['msg']})"
         ) from None
+
+
+def _paging(after: int | None, since: float | str | None, limit: int | None) -> dict[str, str]:
+    values = {"after": after, "since": since, "limit": limit}
+    return {k: str(v) for k, v in values.items() if v is not None}
 
 
 def _many(model: type[M], data: Any) -> list[M]:
@@ -408,6 +414,29 @@ class Client:
         return _one(
             AgentUsage, self._req("GET", api_path("agents", name, "metrics"), params=params)
         )
+
+    # events (docs/events.md)
+    def session_events(
+        self,
+        ref: str,
+        after: int | None = None,
+        since: float | str | None = None,
+        limit: int | None = None,
+    ) -> list[SessionEvent]:
+        """The session's events, oldest first: the newest ``limit`` (server default 500), or
+        the oldest after event id ``after`` (follow a list by passing the last id seen)."""
+        from troupe.api.events import SessionEvent
+
+        params = _paging(after, since, limit)
+        return _many(SessionEvent, self._req("GET", session_path(ref, "events"), params=params))
+
+    def audit(
+        self, after: int | None = None, since: float | str | None = None, limit: int | None = None
+    ) -> list[AuditEntry]:
+        """Changes of users and keys (admins), paged as :meth:`session_events`."""
+        from troupe.api.events import AuditEntry
+
+        return _many(AuditEntry, self._req("GET", "/audit", params=_paging(after, since, limit)))
 
     # apps in main1 (docs/apps.md)
     def list_apps(self, ref: str) -> list[AppInfo]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from troupe.client.cli import apps, reach, session_exec, top
+from troupe.client.cli import apps, events, reach, session_exec, top
 from troupe.client.cli.choices import (
     CREATE_DEFAULTS,
     RESOURCE_DEFAULTS,
@@ -446,3 +446,4 @@ app.add_typer(session_exec.app)
 app.add_typer(reach.app)
 app.add_typer(apps.app)
 app.add_typer(top.session_app)
+app.add_typer(events.session_app)
