@@ -79,17 +79,19 @@ def session_events(
             else:
                 print_table(EVENT_COLUMNS, [event_row(e) for e in events])
             return
-        s = c.get_session(name)  # follow this session, even if the name is taken again
+        sid = c.get_session(name).id  # this session, even if the name is taken again
         _print(events, json_)
         last = events[-1].id if events else 0
+        over = ended(events)
         try:
-            while not ended(events) and not s.status.is_final:
+            while not over:
                 time.sleep(POLL)
-                events = c.session_events(s.id, after=last)
+                # a final status read before the list: the list read after it has its event
+                over = c.get_session(sid).status.is_final
+                events = c.session_events(sid, after=last)
                 _print(events, json_)
                 last = events[-1].id if events else last
-                if not events:
-                    s = c.get_session(s.id)
+                over = over or ended(events)
         except KeyboardInterrupt:
             pass
 
