@@ -26,12 +26,12 @@ import httpx
 from troupe.api import errors
 from troupe.api import exec as exec_frames
 from troupe.client.paths import api_path, session_path
+from troupe.client.sdk_events import EventReads
 from troupe.client.settings import load_settings, plain_http
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from troupe.api.events import AuditEntry, SessionEvent
     from troupe.api.metrics import AgentUsage, SessionMetrics
     from troupe.api.models import (
         AgentInfo,
@@ -72,11 +72,6 @@ def _one(model: type[M], data: Any) -> M:
         raise UnexpectedAnswer(
             f"unexpected answer from the server (not a {model.__name__}: {where}: {err['msg']})"
         ) from None
-
-
-def _paging(after: int | None, since: float | str | None, limit: int | None) -> dict[str, str]:
-    values = {"after": after, "since": since, "limit": limit}
-    return {k: str(v) for k, v in values.items() if v is not None}
 
 
 def _many(model: type[M], data: Any) -> list[M]:
@@ -136,7 +131,7 @@ def _exec_body(command: list[str], kernel: str, user: str) -> dict[str, Any]:
     return body
 
 
-class Client:
+class Client(EventReads):
     def __init__(
         self, url: str | None = None, api_key: str | None = None, timeout: float = 60.0
     ) -> None:
@@ -414,29 +409,6 @@ class Client:
         return _one(
             AgentUsage, self._req("GET", api_path("agents", name, "metrics"), params=params)
         )
-
-    # events (docs/events.md)
-    def session_events(
-        self,
-        ref: str,
-        after: int | None = None,
-        since: float | str | None = None,
-        limit: int | None = None,
-    ) -> list[SessionEvent]:
-        """The session's events, oldest first: the newest ``limit`` (server default 500), or
-        the oldest after event id ``after`` (follow a list by passing the last id seen)."""
-        from troupe.api.events import SessionEvent
-
-        params = _paging(after, since, limit)
-        return _many(SessionEvent, self._req("GET", session_path(ref, "events"), params=params))
-
-    def audit(
-        self, after: int | None = None, since: float | str | None = None, limit: int | None = None
-    ) -> list[AuditEntry]:
-        """Changes of users and keys (admins), paged as :meth:`session_events`."""
-        from troupe.api.events import AuditEntry
-
-        return _many(AuditEntry, self._req("GET", "/audit", params=_paging(after, since, limit)))
 
     # apps in main1 (docs/apps.md)
     def list_apps(self, ref: str) -> list[AppInfo]:
