@@ -71,7 +71,9 @@ async def test_an_admin_destroy_lists_every_step_with_its_actor(manager: Harness
 async def test_the_owner_destroying_is_the_user(manager: Harness) -> None:
     await running(manager, "mine")  # the admin's own session: they act as its user
     await manager.client.delete("/sessions/mine")
-    last = (await events(manager.client, "mine"))[-1]
+    evs = await events(manager.client, "mine")
+    assert evs[0]["actor"] == "user admin"  # an admin creating a session is its user
+    last = evs[-1]
     assert (last["status"], last["actor"], last["message"]) == (
         "TERMINATED",
         "user admin",

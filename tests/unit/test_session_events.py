@@ -52,6 +52,7 @@ def test_actors() -> None:
     assert actor_of(alice) == "user alice"
     assert actor_of(root, "u1") == "admin root"  # an admin acting on another's session
     assert actor_of(root, "u2") == "user root"  # ... and on their own
+    assert actor_of(root) == "user root"  # (creating one)
     assert policy("time_limit") == "policy time_limit"
 
 

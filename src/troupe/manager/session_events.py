@@ -44,8 +44,9 @@ SCHEDULER, SYSTEM = "scheduler", "system"
 
 
 def actor_of(user: User, owner_id: str | None = None) -> str:
-    """``admin NAME`` for an admin acting on another user's session, else ``user NAME``."""
-    if user.admin and user.id != owner_id:
+    """``admin NAME`` for an admin acting on another user's session (``owner_id``), else
+    ``user NAME`` (without ``owner_id``: their own)."""
+    if user.admin and owner_id is not None and user.id != owner_id:
         return f"admin {user.name}"
     return f"user {user.name}"
 
