@@ -15,7 +15,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from tests.inprocess.conftest import IMAGE, Harness
-from tests.inprocess.helpers import error_of, running, signed_in
+from tests.inprocess.helpers import error_of, heartbeats, running, signed_in
 from tests.inprocess.test_apps import alice_session
 from troupe.api.lifecycle import utcnow
 from troupe.manager import session_events
@@ -232,3 +232,12 @@ async def test_the_audit_list_records_changes_of_users_and_keys(manager: Harness
     r = await manager.client.post("/users", json={"name": "dave"})
     assert r.status_code == 409
     assert len((await manager.client.get("/audit")).json()) == len(entries) + 1
+
+
+async def test_a_lost_agent_is_the_system(manager: Harness) -> None:
+    c = await manager.register("h2", group="g2")
+    async with heartbeats(c, "h2"):
+        await running(manager, "far", group="g2")
+    await manager.wait("far", until="final", timeout=5)  # no more heartbeats: LOST
+    ending = [e for e in await events(manager.client, "far") if e["status"] == "ERROR"]
+    assert [(e["actor"], e["message"]) for e in ending] == [("system", "agent lost")]
