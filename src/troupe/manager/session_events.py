@@ -14,6 +14,9 @@ A session keeps at most :data:`CAP` events: a write trims the oldest of the sess
 to (a scheduler pass over many sessions leaves that to the retention sweep, :func:`trim_all`,
 as each of its moves happens once in a session's life). The events go with their session
 when retention deletes it (``ON DELETE CASCADE``).
+
+Importing this module registers its listeners on every database session; the manager imports
+it (the registry, admission and exits do), so no status change is committed without its event.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ _WRITTEN = "troupe.events_written"
 CAP = 500
 #: A transaction writing events of more sessions than this does not trim them itself.
 TRIM_AT_ONCE = 16
-#: The kinds of events besides ``status`` (free text is allowed; these are the known ones).
+#: The known kinds of events (``status`` is written by :func:`write_pending` only).
 KINDS = ("status", "kernel-exit", "oom", "restart", "app-open", "idle-warning")
 
 #: Actors besides users and admins (``user NAME``, ``admin NAME``) and ``policy NAME``.
