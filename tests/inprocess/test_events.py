@@ -164,10 +164,13 @@ async def test_a_session_keeps_at_most_cap_events(
     evs = await events(manager.client, "c")
     assert [e["message"] for e in evs] == [f"restart {i}" for i in range(3, 8)]
     assert evs[-1]["actor"] == "policy restart"
-    # the destroy's status changes trim too
+    # status changes are not trimmed as they are written: the retention sweep trims them
     await manager.client.delete("/sessions/c")
+    assert len(await events(manager.client, "c")) == 7
+    await retention.sweep(manager.app.state.registry.life)
     evs = await events(manager.client, "c")
     assert len(evs) == 5 and evs[-1]["status"] == "TERMINATED"
+    assert [e["message"] for e in evs[:3]] == ["restart 5", "restart 6", "restart 7"]
 
 
 async def test_events_stay_with_finished_sessions_until_retention(

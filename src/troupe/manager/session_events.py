@@ -10,10 +10,12 @@ says what was rolled back:
 * everything else: :func:`record_event`, called by the step (kernel exits, OOM kills, app
   opens; restarts and idle warnings).
 
-A session keeps at most :data:`CAP` events: a write trims the oldest of the sessions it wrote
-to (a scheduler pass over many sessions leaves that to the retention sweep, :func:`trim_all`,
-as each of its moves happens once in a session's life). The events go with their session
-when retention deletes it (``ON DELETE CASCADE``).
+A session keeps at most :data:`CAP` events: :func:`record_event` trims the oldest of the
+session's (its kinds are the ones that repeat: restarts, idle warnings, app opens, exits), and
+the retention sweep trims any session over the cap (:func:`trim_all`). Status changes add no
+statement of their own to a commit (their rows go with its flush): a session's life has a
+handful of them, more only through restarts, whose events trim. The events go with their
+session when retention deletes it (``ON DELETE CASCADE``).
 
 Importing this module registers its listeners on every database session; the manager imports
 it (the registry, admission and exits do), so no status change is committed without its event.
@@ -37,8 +39,6 @@ _WRITTEN = "troupe.events_written"
 
 #: Events kept per session; older ones are deleted as new ones come.
 CAP = 500
-#: A transaction writing events of more sessions than this does not trim them itself.
-TRIM_AT_ONCE = 16
 #: The known kinds of events (``status`` is written by :func:`write_pending` only).
 KINDS = ("status", "kernel-exit", "oom", "restart", "app-open", "idle-warning")
 
@@ -143,11 +143,7 @@ def write_pending(session: SyncSession) -> None:
     session.info[_WRITTEN] = len(changes)
     if not fresh:
         return
-    session.add_all([_status_event(c) for c in fresh])
-    ids = {c.id for c in fresh}
-    if len(ids) <= TRIM_AT_ONCE:
-        session.flush()
-        session.execute(_trim(ids))
+    session.add_all([_status_event(c) for c in fresh])  # flushed with the changes' rows
 
 
 @event.listens_for(SyncSession, "before_commit")

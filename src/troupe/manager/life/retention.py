@@ -16,8 +16,8 @@ before keys were wiped at teardown, or by a step that does not wipe them), delet
 UI's sign-ins that expired or whose user's key changed (:func:`prune_web_sessions`), and keeps
 saved logs within ``--saved-logs-total`` (each save does too; the sweep catches a budget lowered
 across a restart), oldest sessions' first (:meth:`troupe.manager.logs.LogStore.trim`), and
-trims event lists longer than :data:`troupe.manager.session_events.CAP` (a scheduler pass
-over many sessions leaves that to the sweep).
+trims event lists longer than :data:`troupe.manager.session_events.CAP` (status changes do
+not trim as they are written).
 """
 
 from __future__ import annotations
