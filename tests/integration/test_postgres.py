@@ -94,6 +94,9 @@ def test_sessions_on_postgresql(tmp_path: Path, postgres_url: str, docker_engine
         srv = start_server(tmp_path, "--db-url", postgres_url)
         c = srv.client()
         assert c.get_session("pg").status == "TERMINATED"
+        # its event list (written, and trimmed, in the status changes' transactions)
+        statuses = [e.status for e in c.session_events("pg") if e.kind == "status"]
+        assert statuses[0] == "PENDING" and statuses[-1] == "TERMINATED", statuses
         assert [f.name for f in c.list_folders()] == ["pgdata"]
     finally:
         stop_server(srv)

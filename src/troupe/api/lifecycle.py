@@ -140,6 +140,10 @@ class Change:
     at: datetime
     #: the session a kernel belongs to (None for sessions and agents)
     session_id: str | None = None
+    #: why, in words ("" when the move says it all); sessions' changes become events
+    reason: str = ""
+    #: who: ``user NAME``, ``admin NAME``, ``scheduler``, ``policy NAME`` or ``system``
+    actor: str = ""
 
 
 def utcnow() -> datetime:
@@ -157,7 +161,13 @@ def can_move(old: StrEnum, new: StrEnum) -> bool:
 
 
 def begin(
-    entity: Stateful, status: StrEnum, changes: list[Change], now: datetime | None = None
+    entity: Stateful,
+    status: StrEnum,
+    changes: list[Change],
+    now: datetime | None = None,
+    *,
+    reason: str = "",
+    actor: str = "",
 ) -> Change:
     """Gives a new entity its first status (the only other write of ``.status``)."""
     kind = _KIND[type(status)]
@@ -167,7 +177,9 @@ def begin(
     entity.status = status
     if hasattr(entity, "timeline"):
         entity.timeline = {status.value: now.isoformat()}
-    change = Change(kind, entity.id, "", status.value, now, getattr(entity, "session_id", None))
+    change = Change(
+        kind, entity.id, "", status.value, now, getattr(entity, "session_id", None), reason, actor
+    )
     changes.append(change)
     return change
 
@@ -188,13 +200,21 @@ def mark(entity: Stateful, times: Mapping[str, str | None]) -> None:
 
 
 def transition(
-    entity: Stateful, to: StrEnum, changes: list[Change], now: datetime | None = None
+    entity: Stateful,
+    to: StrEnum,
+    changes: list[Change],
+    now: datetime | None = None,
+    *,
+    reason: str = "",
+    actor: str = "",
 ) -> Change | None:
     """Moves ``entity`` to ``to``; None when it already is there (a repeated report).
 
     Raises :class:`IllegalTransition` for a move the table does not allow. Stamps the time in
     the entity's ``timeline`` (status -> ISO time) when it has one, and ``started_at`` /
     ``terminated_at`` of sessions; appends the change to ``changes`` for publishing.
+    ``reason`` and ``actor`` travel with the change: the manager writes each session's
+    changes to its event list in the transaction that made them.
     """
     enum = type(to)
     old = enum(entity.status)
@@ -210,7 +230,14 @@ def transition(
     if enum is S and to in _STAMPS:
         setattr(entity, _STAMPS[to], now)
     change = Change(
-        _KIND[enum], entity.id, old.value, to.value, now, getattr(entity, "session_id", None)
+        _KIND[enum],
+        entity.id,
+        old.value,
+        to.value,
+        now,
+        getattr(entity, "session_id", None),
+        reason,
+        actor,
     )
     changes.append(change)
     return change

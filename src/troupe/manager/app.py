@@ -32,6 +32,7 @@ from troupe.manager.remote_agent import verifying_with
 from troupe.manager.routes import agents as agent_routes
 from troupe.manager.routes import (
     apps,
+    events,
     folders,
     metrics,
     misc,
@@ -119,7 +120,18 @@ def create_app(
     edge.install(app)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(prometheus.Latency)
-    routers = (sessions, session_times, reach, apps, folders, users, misc, agent_routes, metrics)
+    routers = (
+        sessions,
+        session_times,
+        reach,
+        apps,
+        folders,
+        users,
+        misc,
+        agent_routes,
+        metrics,
+        events,
+    )
     for module in routers:
         app.include_router(module.router, prefix="/v1")
     app.include_router(prometheus.router)

@@ -38,6 +38,7 @@ from troupe.manager.metrics import KERNEL_COLUMNS, KernelSeries
 from troupe.manager.metrics_feed import Feed
 from troupe.manager.presence import Presence
 from troupe.manager.registry import Registry
+from troupe.manager.session_events import policy
 from troupe.manager.store.models import Session
 
 log = logging.getLogger(__name__)
@@ -205,7 +206,7 @@ class Reaper:
         if s.status != S.RUNNING:
             return
         info, code = times.time_limit_end(s)
-        await self.registry.end(session_id, S.TERMINATED, info, code)
+        await self.registry.end(session_id, S.TERMINATED, info, code, actor=policy("time_limit"))
 
     # -- idle reclaim --------------------------------------------------------------------
     def _quiet_since(
@@ -264,7 +265,12 @@ class Reaper:
                 await self._store_idle(session_id, None)
             return
         log.info("session %s idle since %s: destroying it", session_id, _utc(quiet))
-        await self.registry.end(session_id, S.TERMINATED, times.idle_end(idle_timeout, _utc(quiet)))
+        await self.registry.end(
+            session_id,
+            S.TERMINATED,
+            times.idle_end(idle_timeout, _utc(quiet)),
+            actor=policy("idle_timeout"),
+        )
 
     # -- jobs ------------------------------------------------------------------------------
     def _job(self, session_id: str, coro: Any, name: str, hold: bool = True) -> None:

@@ -35,6 +35,7 @@ from troupe.manager.life import (
 )
 from troupe.manager.life.lost import victims_of
 from troupe.manager.logs import LogStore
+from troupe.manager.session_events import SYSTEM
 from troupe.manager.store.models import Session, User
 from troupe.manager.store.unit import Store
 
@@ -120,8 +121,12 @@ class Registry:
         """The new PENDING session, as stored (its ``owner`` is not loaded: use ``owner``)."""
         return await admission.admit(self.life, owner, req)
 
-    async def destroy(self, session_id: str) -> Session:
-        await self.end(session_id, S.TERMINATED, {"reason": "destroyed by user"})
+    async def destroy(self, session_id: str, actor: str) -> Session:
+        """Ends the session for ``actor`` (``user NAME``, or ``admin NAME`` for an admin
+        destroying another user's session)."""
+        who, name = actor.split(" ", 1)
+        reason = "destroyed by user" if who == "user" else f"destroyed by {who} {name}"
+        await self.end(session_id, S.TERMINATED, {"reason": reason}, actor=actor)
         return await self.get(session_id)
 
     async def end(
@@ -130,11 +135,12 @@ class Registry:
         ending: SessionStatus,
         info: dict[str, Any],
         exit_code: int | None = None,
+        actor: str = SYSTEM,
     ) -> None:
         """Tears a session down to ``ending`` (one teardown at a time per session)."""
         async with self._locks[session_id]:
             await teardown.teardown(
-                self.life, session_id, ending, info, self._stop_preparer, exit_code
+                self.life, session_id, ending, info, self._stop_preparer, exit_code, actor
             )
         self._locks.pop(session_id, None)
 

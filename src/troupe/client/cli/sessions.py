@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from troupe.client.cli import apps, limit_options, reach, session_exec, top
+from troupe.client.cli import apps, events, limit_options, reach, session_exec, top
 from troupe.client.cli.choices import (
     CREATE_DEFAULTS,
     RESOURCE_DEFAULTS,
@@ -389,3 +389,4 @@ app.add_typer(reach.app)
 app.add_typer(apps.app)
 app.add_typer(top.session_app)
 app.add_typer(limit_options.app)
+app.add_typer(events.session_app)

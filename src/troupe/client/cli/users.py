@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from troupe.client.cli import events
 from troupe.client.cli.output import (
     App,
     client,
@@ -258,3 +259,6 @@ def delete(name: NameArg) -> None:
     with client() as c:
         c.delete_user(name)
     console.print(Text(f"user {name} deleted"))
+
+
+app.add_typer(events.user_app)  # audit

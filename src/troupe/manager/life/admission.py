@@ -41,6 +41,7 @@ from troupe.manager.life import times
 from troupe.manager.life.context import Life
 from troupe.manager.roles import request_of
 from troupe.manager.scheduler import AgentState, Part, never_fits
+from troupe.manager.session_events import actor_of
 from troupe.manager.store.models import Agent, Folder, Kernel, Session, User
 from troupe.manager.store.unit import changes_of
 
@@ -231,7 +232,7 @@ def new_session(
         user_ssh_key=req.ssh_key,
     )
     s.created_at = now = utcnow()
-    begin(s, SessionStatus.PENDING, changes, now)
+    begin(s, SessionStatus.PENDING, changes, now, reason="created", actor=actor_of(owner))
     kernel_ids = [session_id] + [str(uuid.uuid4()) for _ in range(req.cluster_size - 1)]
     roles = {r.name: r for r in req.resolved_roles()}
     contracts = build_cluster(

@@ -19,6 +19,7 @@ from troupe.api.lifecycle import KernelStatus, SessionStatus, transition, utcnow
 from troupe.api.models import SessionType, format_size
 from troupe.manager.life import times
 from troupe.manager.life.context import Life
+from troupe.manager.session_events import record_event
 from troupe.manager.store.models import Kernel, Session
 from troupe.manager.store.unit import changes_of
 
@@ -74,9 +75,18 @@ def batch_info(ev: KernelExit, hostname: str, mem: int) -> dict[str, Any]:
     }
 
 
-def _mark(k: Kernel, ev: KernelExit, changes: list[Any]) -> None:
+def exit_message(ev: KernelExit) -> str:
+    """The event of an exit, in words."""
+    if ev.oom_killed:
+        return f"killed: out of memory (exit code {ev.exit_code})"
+    return f"exited with code {ev.exit_code}"
+
+
+async def _mark(db: AsyncSession, k: Kernel, ev: KernelExit) -> None:
     if k.status == KernelStatus.RUNNING:
-        transition(k, KernelStatus.EXITED, changes)
+        transition(k, KernelStatus.EXITED, changes_of(db))
+        kind = "oom" if ev.oom_killed else "kernel-exit"
+        await record_event(db, k.session_id, kind, exit_message(ev), kernel=k.hostname)
     k.exit_code, k.oom_killed = ev.exit_code, ev.oom_killed
 
 
@@ -93,7 +103,7 @@ async def record_running_exit(life: Life, agent_id: str, ev: KernelExit) -> Outc
             return None
         if k.status != KernelStatus.RUNNING:
             return None  # reported already
-        _mark(k, ev, changes_of(db))
+        await _mark(db, k, ev)
         if times.over_time(s, utcnow()):  # told to stop: the end once every kernel stopped
             end = times.grace_exit(s)
             return None if end is None else Outcome(S.TERMINATED, *end)
@@ -118,6 +128,6 @@ async def record_exit_codes(life: Life, session_id: str, exits: Sequence[KernelE
         by_id = {k.id: k for k in s.kernels}
         for ev in exits:
             if ev.kernel_id in by_id:
-                _mark(by_id[ev.kernel_id], ev, changes_of(db))
+                await _mark(db, by_id[ev.kernel_id], ev)
 
     await life.store.write(step)

@@ -19,6 +19,7 @@ from troupe.manager.life.context import Life
 from troupe.manager.life.teardown import wipe_keys
 from troupe.manager.roles import request_of
 from troupe.manager.scheduler import Part, assign_gpus, schedule
+from troupe.manager.session_events import SCHEDULER
 from troupe.manager.store.models import Kernel, Session
 from troupe.manager.store.unit import changes_of
 
@@ -58,8 +59,9 @@ async def place_pending(life: Life) -> Pass:
             waited = (now - s.created_at).total_seconds()
             if s.max_pending_seconds and waited >= s.max_pending_seconds:
                 limit = f"max_pending_seconds ({s.max_pending_seconds:g} s)"
-                s.status_info = {**s.status_info, "reason": f"pending longer than {limit}"}
-                transition(s, SessionStatus.CANCELLED, changes, now)
+                reason = f"pending longer than {limit}"
+                s.status_info = {**s.status_info, "reason": reason}
+                transition(s, SessionStatus.CANCELLED, changes, now, reason=reason, actor=SCHEDULER)
                 for k in s.kernels:
                     transition(k, KernelStatus.TERMINATED, changes, now)
                 wipe_keys(s)
@@ -93,7 +95,15 @@ async def place_pending(life: Life) -> Pass:
                 for k, agent_id, devices in zip(s.kernels, placed, gpus, strict=True):
                     k.agent_id, k.gpus = agent_id, devices
                 s.status_info = {}
-                transition(s, SessionStatus.SCHEDULED, changes, now)
+                where = ", ".join(sorted(set(placed)))
+                transition(
+                    s,
+                    SessionStatus.SCHEDULED,
+                    changes,
+                    now,
+                    reason=f"placed on {where}",
+                    actor=SCHEDULER,
+                )
                 result.placed.append(s.id)
             else:
                 reasons = decision.waiting.get(s.id, [])

@@ -171,7 +171,7 @@ async def _begin_step(life: Life, session_id: str, claim: bool) -> Plan | None:
         if claim and set(agent_ids) <= {net.creator}:  # (before the changes: one UPDATE)
             s.subnet = subnet = await _free_subnet(life, db, [])
         s.network = f"troupe-{session_id[:12]}"
-        transition(s, S.PREPARING, changes_of(db))
+        transition(s, S.PREPARING, changes_of(db), reason="creating network and kernels")
         spec = NetworkSpec(
             name=s.network,
             session_id=s.id,
@@ -341,7 +341,7 @@ async def _running(life: Life, session_id: str, times: dict[str, ReadyTimes]) ->
             return False
         for k in s.kernels:
             mark(k, times.get(k.hostname, {}))
-        transition(s, S.RUNNING, changes_of(db))
+        transition(s, S.RUNNING, changes_of(db), reason="every kernel is ready")
         return True
 
     return await life.store.write(step)

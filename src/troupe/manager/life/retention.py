@@ -2,7 +2,9 @@
 
 A session whose status is final and whose ``terminated_at`` is more than
 ``ServerConfig.retention_days`` ago is deleted from the database with its kernels, and its
-saved logs are deleted from the disk (0 days keeps everything). The registry runs
+saved logs are deleted from the disk (0 days keeps everything); its event list goes with it
+(``ON DELETE CASCADE``), so a finished session's events are kept exactly as long as the
+session. The registry runs
 :func:`sweep` from its scheduler loop every :data:`INTERVAL` seconds; it is idempotent and
 may be called directly.
 
@@ -13,7 +15,9 @@ The sweep also wipes private keys that final sessions still hold (sessions made 
 before keys were wiped at teardown, or by a step that does not wipe them), deletes the web
 UI's sign-ins that expired or whose user's key changed (:func:`prune_web_sessions`), and keeps
 saved logs within ``--saved-logs-total`` (each save does too; the sweep catches a budget lowered
-across a restart), oldest sessions' first (:meth:`troupe.manager.logs.LogStore.trim`).
+across a restart), oldest sessions' first (:meth:`troupe.manager.logs.LogStore.trim`), and
+trims event lists longer than :data:`troupe.manager.session_events.CAP` (status changes do
+not trim as they are written).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.lifecycle import SESSION_FINAL, utcnow
-from troupe.manager import websessions
+from troupe.manager import session_events, websessions
 from troupe.manager.life.context import Life
 from troupe.manager.store.models import Kernel, Session
 
@@ -46,6 +50,7 @@ async def sweep(life: Life, now: datetime | None = None) -> int:
         log.info("saved logs: deleted those of %d session(s) to keep the total", len(trimmed))
     total = await _forget_old_sessions(life, now)
     await prune_web_sessions(life, now)
+    await life.store.write(session_events.trim_all)
     return total
 
 

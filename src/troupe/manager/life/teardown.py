@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.lifecycle import KernelStatus, SessionStatus, transition
 from troupe.manager.life.context import Life, load
+from troupe.manager.session_events import SYSTEM
 from troupe.manager.store.models import Session
 from troupe.manager.store.unit import changes_of
 
@@ -39,8 +40,13 @@ async def teardown(
     info: dict[str, Any],
     stop_preparer: Callable[[str], Awaitable[None]],
     exit_code: int | None = None,
+    actor: str = SYSTEM,
 ) -> None:
-    """Idempotent: a final session stays as it is; a TERMINATING one is finished as begun."""
+    """Idempotent: a final session stays as it is; a TERMINATING one is finished as begun.
+
+    ``actor`` (who ended it, see :mod:`troupe.manager.session_events`) and ``info``'s
+    ``reason`` go with the status changes to the session's event list."""
+    reason = str(info.get("reason", ""))
 
     async def begin(db: AsyncSession) -> tuple[SessionStatus, set[str]] | None:
         s = await load(db, session_id)
@@ -49,7 +55,7 @@ async def teardown(
             return None
         if s.status == S.PENDING:
             s.status_info = info
-            transition(s, S.CANCELLED, changes)
+            transition(s, S.CANCELLED, changes, reason=reason, actor=actor)
             for k in s.kernels:
                 transition(k, K.TERMINATED, changes)
             wipe_keys(s)
@@ -58,7 +64,7 @@ async def teardown(
             s.status_info, s.ending = info, ending
             if exit_code is not None:
                 s.exit_code = exit_code
-            transition(s, S.TERMINATING, changes)
+            transition(s, S.TERMINATING, changes, reason=reason, actor=actor)
         return s.ending or ending, {k.agent_id for k in s.kernels if k.agent_id}
 
     begun = await life.store.write(begin)
@@ -75,7 +81,7 @@ async def teardown(
         changes = changes_of(db)
         for k in s.kernels:
             transition(k, K.TERMINATED, changes)
-        transition(s, final, changes)
+        transition(s, final, changes, reason=reason, actor=actor)
         wipe_keys(s)
 
     await life.store.write(finish)

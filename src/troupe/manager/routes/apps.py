@@ -3,7 +3,8 @@
 Listing answers each declared app's state and origin; opening starts the app if needed, waits
 until it answers and answers a one-time link into it. The session is looked up among the
 caller's own (another user's is "not found"); an admin may list another user's apps but only
-the owner opens them: the link lets its holder into the app as the owner. Each open is logged.
+the owner opens them: the link lets its holder into the app as the owner. Each open is logged
+and goes to the session's event list (``app-open``), refused ones too.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.errors import Forbidden, Invalid, TroupeError
 from troupe.api.models import AppInfo
@@ -19,6 +21,7 @@ from troupe.manager.apps.links import app_origin, issue_link
 from troupe.manager.apps.state import Apps
 from troupe.manager.deps import CurrentUser, RegistryDep
 from troupe.manager.reads.sessions import lookup
+from troupe.manager.session_events import actor_of, record_event
 
 router = APIRouter(tags=["apps"])
 log = logging.getLogger(__name__)
@@ -70,14 +73,11 @@ async def open_app(
     try:
         status = await apps_of(request).open(registry.fleet, s, app)
     except TroupeError as e:
+        why = e.message.splitlines()[0]
         log.info(
-            "app open: session %s (%s) app %r by %s: refused: %s",
-            s.name,
-            s.id,
-            app,
-            user.name,
-            e.message.splitlines()[0],
+            "app open: session %s (%s) app %r by %s: refused: %s", s.name, s.id, app, user.name, why
         )
+        await _event(registry, s.id, f"app {app!r} not opened: {why}", actor_of(user, s.owner_id))
         raise
     log.info(
         "app open: session %s (%s) app %r port %d by %s: %s",
@@ -88,9 +88,18 @@ async def open_app(
         user.name,
         status.state,
     )
+    message = f"app {status.name!r} (port {status.port}) opened: {status.state}"
+    await _event(registry, s.id, message, actor_of(user, s.owner_id))
     return AppInfo(
         name=status.name,
         port=status.port,
         state=status.state,
         url=issue_link(request.app.state, s.id, s.owner_id, status.port),
     )
+
+
+async def _event(registry: RegistryDep, session_id: str, message: str, actor: str) -> None:
+    async def step(db: AsyncSession) -> None:
+        await record_event(db, session_id, "app-open", message, actor, kernel="main1")
+
+    await registry.store.write(step)

@@ -26,6 +26,7 @@ from troupe.manager import kernel_io, log_events
 from troupe.manager.deps import DB, CurrentUser, RegistryDep, StreamsDep, authenticate
 from troupe.manager.reads.sessions import list_page, lookup, session_by_ref
 from troupe.manager.reads.wire import session_info
+from troupe.manager.session_events import actor_of
 from troupe.manager.streams import SlotResponse, streams_of, unless_disconnected
 
 router = APIRouter(tags=["sessions"])
@@ -107,7 +108,7 @@ async def destroy_session(
     ref: str, request: Request, user: CurrentUser, registry: RegistryDep
 ) -> SessionInfo:
     s = await lookup(request, user, ref)
-    return session_info(await registry.destroy(s.id))
+    return session_info(await registry.destroy(s.id, actor_of(user, s.owner_id)))
 
 
 @router.get(

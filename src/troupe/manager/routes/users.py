@@ -6,6 +6,7 @@ name can be taken again, and deletes its folders with their data. The last admin
 valid key can be neither revoked nor deleted. Changes of keys and users are serialized in
 this process (one manager process serves the API), so two admins cannot revoke each other
 at once; a deletion also holds the user's admission lock, so no session slips in meanwhile.
+Each change goes to the audit list (:mod:`troupe.manager.audit`) in its own transaction.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from troupe.api.errors import Conflict, Forbidden, Invalid
 from troupe.api.lifecycle import utcnow
 from troupe.api.models import UserCreate, UserInfo
 from troupe.api.users import LimitsUpdate, UserDetail, UserListed
-from troupe.manager import quotas
+from troupe.manager import audit, quotas
 from troupe.manager.auth import REVOKED, create_user, is_revoked, revoke_key, rotate_key
 from troupe.manager.deps import DB, AdminUser, CurrentUser, RegistryDep
 from troupe.manager.life.admission import active_usage, owner_lock
@@ -80,7 +81,7 @@ async def check_not_last_admin(db: AsyncSession, user: User) -> None:
 
 # -- routes ------------------------------------------------------------------------------
 @router.post("/users", status_code=201, response_model=UserInfo)
-async def new_user(req: UserCreate, db: DB, _: AdminUser) -> UserInfo:
+async def new_user(req: UserCreate, db: DB, admin: AdminUser) -> UserInfo:
     if req.name == RESERVED:
         raise Invalid.field_rule("name", f"{RESERVED!r} is reserved")
     taken = Conflict(f"name: a user named {req.name!r} already exists", field="name")
@@ -88,6 +89,7 @@ async def new_user(req: UserCreate, db: DB, _: AdminUser) -> UserInfo:
         raise taken
     try:
         user, key = await create_user(db, req.name, req.admin)
+        audit.record(db, admin.name, "user-create", req.name, {"admin": req.admin})
         await db.commit()  # the unique name settles concurrent creates
     except IntegrityError:
         raise taken from None
@@ -108,7 +110,7 @@ async def me(db: DB, user: CurrentUser, registry: RegistryDep) -> UserDetail:
 @router.post("/users/me/rotate", response_model=UserInfo)
 async def rotate_mine(user: CurrentUser, registry: RegistryDep) -> UserInfo:
     """A new key for you (shown once); the one you used stops working."""
-    return await _rotate(registry, user.name)
+    return await _rotate(registry, user.name, user.name)
 
 
 @router.get("/users/{name}", response_model=UserDetail)
@@ -122,7 +124,7 @@ async def get_user(name: str, db: DB, user: CurrentUser, registry: RegistryDep) 
 
 @router.put("/users/{name}/limits", response_model=UserDetail)
 async def set_limits(
-    name: str, req: LimitsUpdate, db: DB, _: AdminUser, registry: RegistryDep
+    name: str, req: LimitsUpdate, db: DB, admin: AdminUser, registry: RegistryDep
 ) -> UserDetail:
     """Sets the keys given (null: back to the server's default); keeps the others."""
     user = await find_user(db, name)
@@ -134,38 +136,42 @@ async def set_limits(
         else:
             limits[key] = value
     user.limits = limits  # a new dict: the JSON column sees the change
+    set_ = req.model_dump(mode="json", include=req.model_fields_set)
+    audit.record(db, admin.name, "limits-set", user.name, set_)
     await db.commit()
     return await detail(db, user, registry)
 
 
 @router.post("/users/{name}/revoke", response_model=UserListed)
-async def revoke(name: str, _: AdminUser, registry: RegistryDep) -> UserListed:
+async def revoke(name: str, admin: AdminUser, registry: RegistryDep) -> UserListed:
     """The user's key stops working at once; rotating gives them a new one."""
     async with _changes, registry.store() as db:
         user = await find_user(db, name)
         await check_not_last_admin(db, user)
         if not is_revoked(user):
             revoke_key(user)
+            audit.record(db, admin.name, "key-revoke", user.name)
             await db.commit()
         return listed(user)
 
 
 @router.post("/users/{name}/rotate", response_model=UserInfo)
-async def rotate(name: str, _: AdminUser, registry: RegistryDep) -> UserInfo:
+async def rotate(name: str, admin: AdminUser, registry: RegistryDep) -> UserInfo:
     """A new key for the user (shown once); the old one stops working."""
-    return await _rotate(registry, name)
+    return await _rotate(registry, name, admin.name)
 
 
-async def _rotate(registry: RegistryDep, name: str) -> UserInfo:
+async def _rotate(registry: RegistryDep, name: str, actor: str) -> UserInfo:
     async with _changes, registry.store() as db:
         user = await find_user(db, name)
         key = rotate_key(user)
+        audit.record(db, actor, "key-rotate", user.name)
         await db.commit()
         return with_key(user, key)
 
 
 @router.delete("/users/{name}", status_code=204)
-async def delete_user(name: str, _: AdminUser, registry: RegistryDep) -> None:
+async def delete_user(name: str, admin: AdminUser, registry: RegistryDep) -> None:
     """Not while the user has active sessions. Their folders go with their data; their
     finished sessions stay (owned by the renamed, deleted user) until retention."""
     async with _changes:
@@ -182,6 +188,7 @@ async def delete_user(name: str, _: AdminUser, registry: RegistryDep) -> None:
             revoke_key(user)
             user.deleted_at = utcnow()
             user.name = f"{name[:47]}~deleted~{secrets.token_hex(4)}"  # fits String(64)
+            audit.record(db, admin.name, "user-delete", name, {"renamed": user.name})
             await db.commit()
     for folder_id in folder_ids:
         await registry.delete_folder_data(folder_id)

@@ -39,10 +39,12 @@ from troupe.cluster.contract import ClusterMode, DistEnvMode
 
 __all__ = [
     "Agent",
+    "AuditEvent",
     "Base",
     "Folder",
     "Kernel",
     "Session",
+    "SessionEvent",
     "SessionUsage",
     "User",
     "WebSession",
@@ -295,3 +297,39 @@ class SessionUsage(Base):
     #: a :class:`troupe.api.metrics.UsageSummary`
     summary: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SessionEvent(Base):
+    """One entry of a session's event list (manager/session_events.py); deleted with the
+    session (retention), at most ``session_events.CAP`` per session."""
+
+    __tablename__ = "session_events"
+    #: ascending: readers follow a list with ``after`` the last id they saw
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: ``status``, ``kernel-exit``, ``oom``, ``restart``, ``app-open``, ``idle-warning``, ...
+    kind: Mapped[str] = mapped_column(String(32))
+    #: the status reached (status events), else None
+    status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    #: the kernel concerned (hostname), else None
+    kernel: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+    actor: Mapped[str] = mapped_column(String(96), default="system")
+    __table_args__ = (Index("ix_session_events_session_id", "session_id", "id"),)
+
+
+class AuditEvent(Base):
+    """An admin's (or a user's own) change of users and keys (manager/audit.py)."""
+
+    __tablename__ = "audit_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    #: the name of the user who acted (as it was then)
+    actor: Mapped[str] = mapped_column(String(64))
+    #: ``user-create``, ``user-delete``, ``key-revoke``, ``key-rotate``, ``limits-set``
+    action: Mapped[str] = mapped_column(String(32))
+    #: the name of the user acted on (as it was then)
+    target: Mapped[str] = mapped_column(String(64))
+    #: what changed, e.g. the limits set
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)

@@ -2,9 +2,10 @@
 
 Every status change is a :func:`troupe.api.lifecycle.transition` appended to
 :func:`changes_of` the database session; the changes reach the :class:`ChangeBus` once the
-transaction commits and are dropped if it rolls back. Rows carry a version (see models.py): a
-write that lost a race raises StaleDataError and :meth:`Store.write` runs the step again on
-fresh rows. No agent call happens inside a unit: read, call agents, then write.
+transaction commits and are dropped if it rolls back (sessions' changes also go to their event
+lists in the transaction itself: :mod:`troupe.manager.session_events`). Rows carry a version
+(see models.py): a write that lost a race raises StaleDataError and :meth:`Store.write` runs
+the step again on fresh rows. No agent call happens inside a unit: read, call agents, then write.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ _CHANGES, _BUS = "troupe.changes", "troupe.bus"
 def changes_of(db: AsyncSession) -> list[Change]:
     """The list a step hands to ``transition``; published when ``db`` commits."""
     changes: list[Change] = db.sync_session.info.setdefault(_CHANGES, [])
+    return changes
+
+
+def changes_in(session: SyncSession) -> list[Change]:
+    """The changes of ``session``'s transaction so far (for listeners of its events)."""
+    changes: list[Change] = session.info.get(_CHANGES) or []
     return changes
 
 
@@ -78,4 +85,4 @@ class Store:
         raise AssertionError("unreachable")
 
 
-__all__ = ["IntegrityError", "Store", "changes_of"]
+__all__ = ["IntegrityError", "Store", "changes_in", "changes_of"]

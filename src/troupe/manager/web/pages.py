@@ -29,6 +29,7 @@ from troupe.cluster.contract import ClusterMode
 from troupe.manager import log_events, websessions
 from troupe.manager.deps import DB, CurrentUser, RegistryDep, StreamsDep
 from troupe.manager.reads.agents import agent_infos, image_infos
+from troupe.manager.reads.events import session_events
 from troupe.manager.reads.folders import own_folders
 from troupe.manager.reads.sessions import (
     Which,
@@ -159,7 +160,8 @@ async def sessions_page(
 @router.get("/sessions/{ref}")
 async def session_page(request: Request, ref: str, db: DB, user: PageUser) -> HTMLResponse:
     s = await session_by_ref(db, user, ref)
-    return render(request, "session.html", user=user, nav="sessions", s=s)
+    events = await session_events(db, s.id)
+    return render(request, "session.html", user=user, nav="sessions", s=s, events=events)
 
 
 @router.get("/sessions/{ref}/logs")
@@ -257,9 +259,10 @@ async def events(
     async def render_ids(ids: set[str]) -> AsyncIterator[bytes]:
         async with store() as db:
             found = await sessions_by_id(db, user, ids)
+            events = await session_events(db, session) if session and session in ids else []
         for s in found:
             if session is not None:
-                html = _fragment("_session_live.html", s=s, user=user)
+                html = _fragment("_session_live.html", s=s, user=user, events=events)
             else:
                 html = _fragment("_session_row.html", s=s, user=user)
             yield _event("session", {"id": s.id, "status": s.status, "html": html})
