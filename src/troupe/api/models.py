@@ -18,6 +18,7 @@ from pydantic.json_schema import SkipJsonSchema
 from troupe.api import defaults
 from troupe.api.exec import KERNEL_PATTERN
 from troupe.api.lifecycle import AgentStatus, KernelStatus, SessionStatus
+from troupe.api.policies import RestartRules, RestartView
 from troupe.api.roles import ResolvedRole, RoleSpec, roles_error, total_kernels
 from troupe.api.values import (
     ENV_NAME,
@@ -112,7 +113,7 @@ class Mount(Strict):
         return cls(folder=name, readonly=mode == "ro")
 
 
-class SessionCreate(Strict):
+class SessionCreate(RestartRules, Strict):
     name: Name
     image: str = Field(
         min_length=1,
@@ -276,7 +277,7 @@ class KernelInfo(BaseModel):
     )
 
 
-class SessionInfo(BaseModel):
+class SessionShown(BaseModel):
     id: str
     name: str
     owner: str
@@ -308,6 +309,10 @@ class SessionInfo(BaseModel):
         "created, started, entrypoint (the slowest kernel's) and ready (RUNNING)",
     )
     kernels: list[KernelInfo] = Field(default_factory=list)
+
+
+class SessionInfo(RestartView, SessionShown):
+    """A session as the API shows it (its restart fields last)."""
 
 
 class SessionSSH(BaseModel):

@@ -4,13 +4,13 @@ use a running session's kernels (logs, exec, run, shell) are in
 
 from __future__ import annotations
 
-import time
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from troupe.client.cli import apps, reach, session_exec, top
+from troupe.client.cli import policy_options as policy
 from troupe.client.cli.choices import (
     CREATE_DEFAULTS,
     RESOURCE_DEFAULTS,
@@ -22,11 +22,11 @@ from troupe.client.cli.output import (
     App,
     client,
     console,
-    err_console,
     fail,
     print_fields,
     print_json,
 )
+from troupe.client.cli.session_wait import wait_started
 from troupe.client.cli.status_text import status_info_lines
 from troupe.client.cli.table import (
     SESSION_COLUMNS,
@@ -38,9 +38,7 @@ from troupe.client.cli.table import (
 )
 
 if TYPE_CHECKING:
-    from rich.status import Status
-
-    from troupe.api.models import Resources, SessionInfo
+    from troupe.api.models import Resources
 
 app = App(no_args_is_help=True, help="Create and use cluster sessions.")
 
@@ -55,66 +53,6 @@ def _default(field: str) -> Any:
 
 def _value(choice: StrEnum | None) -> str | None:
     return None if choice is None else choice.value
-
-
-def _progress(s: SessionInfo) -> None:
-    from rich.text import Text
-
-    from troupe.client.cli.status_text import status_text
-
-    err_console.print(Text(f"{time.strftime('%H:%M:%S')} {status_text(s)}"))
-
-
-def _wait_started(info: SessionInfo, timeout: float) -> SessionInfo:
-    """Long-polls status changes until the session runs (interactive) or ends (batch)."""
-    from troupe.api.models import SessionStatus
-    from troupe.api.models import SessionType as Type
-    from troupe.client.cli.status_text import status_text
-
-    batch = info.type == Type.BATCH
-
-    def done(s: SessionInfo) -> bool:
-        return s.status.is_final or (not batch and s.status == SessionStatus.RUNNING)
-
-    deadline = time.monotonic() + timeout
-    spinner: Status | None = None
-    if err_console.is_terminal:
-        spinner = err_console.status(status_text(info))
-        spinner.start()
-    _progress(info)
-    try:
-        with client() as c:
-            while not done(info):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    if spinner:
-                        spinner.stop()
-                    fail(
-                        f"session {info.name!r} is still {info.status.value} after "
-                        f"{timeout:g} s; it keeps going (see `troupe session info "
-                        f"{info.name}`, or destroy it)"
-                    )
-                # while PENDING, wake now and then to show why it still waits
-                poll = 10.0 if info.status == SessionStatus.PENDING else 300.0
-                new = c.wait_session(
-                    info.id,
-                    until="change",
-                    since=info.status.value,
-                    timeout=max(0.1, min(remaining, poll)),
-                )
-                if status_text(new) != status_text(info):
-                    _progress(new)
-                info = new
-                if spinner:
-                    spinner.update(status_text(info))
-    except KeyboardInterrupt:
-        if spinner:
-            spinner.stop()
-        fail(f"interrupted; session {info.name!r} ({info.status.value}) was left as it is", 130)
-    finally:
-        if spinner:
-            spinner.stop()
-    return info
 
 
 @app.command()
@@ -238,6 +176,9 @@ def create(
             show_default=False,
         ),
     ] = None,
+    max_restarts: policy.MaxRestartsOpt = None,
+    no_restart_exit_codes: policy.NoRestartOpt = None,
+    success: policy.SuccessOpt = None,
     wait: Annotated[
         bool, typer.Option("--wait/--no-wait", help="wait until running (batch: until finished)")
     ] = False,
@@ -294,6 +235,7 @@ def create(
         "roles": roles,
     }
     data.update({k: v for k, v in optional.items() if v not in (None, {}, [])})
+    data.update(policy.policy_fields(max_restarts, no_restart_exit_codes, success))
     key_file = reach.ssh_key_file(ssh_key)
     if key_file is not None:
         data["ssh_key"] = reach.read_public_key(key_file)
@@ -313,7 +255,7 @@ def create(
             console.print(Text(f"session {info.name} ({info.id}): {info.status.value}"))
         return
 
-    info = _wait_started(info, timeout)
+    info = wait_started(info, timeout)
     if json_:
         print_json(info)
     if info.type == Type.BATCH:
@@ -388,6 +330,7 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
             ("uid/gid", f"{s.uid}/{s.gid}"),
             ("network", network),
             ("exit code", s.exit_code),
+            ("success", s.success_policy.value if s.type == "batch" else None),
             ("created", fmt_time(s.created_at)),
             ("started", fmt_time(s.started_at)),
             ("terminated", fmt_time(s.terminated_at)),
@@ -416,7 +359,7 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
                 for k in s.kernels
             ],
         )
-    lines = status_info_lines(s.status_info)
+    lines = status_info_lines(s.status_info) + policy.restart_lines(s)
     if lines:
         console.print()
         for line in lines:

@@ -1,4 +1,5 @@
-"""Exits: a kernel stopped on its own. Fail-fast for the session, or the end of a batch.
+"""Exits: a kernel stopped on its own. A restart, fail-fast, or the end of a batch (the rules
+are :mod:`.judging`'s).
 
 Exits of sessions still being prepared go to their preparer (see preparing.py); this module
 handles those of RUNNING sessions and records exit codes. Only the agent that holds a kernel
@@ -9,67 +10,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.agent import KernelExit
 from troupe.api.lifecycle import KernelStatus, SessionStatus, transition
-from troupe.api.models import SessionType, format_size
 from troupe.manager.life.context import Life
+from troupe.manager.life.judging import Outcome, judge
 from troupe.manager.store.models import Kernel, Session
 from troupe.manager.store.unit import changes_of
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How the session ends because of the exit."""
-
-    ending: SessionStatus
-    info: dict[str, Any]
-    exit_code: int | None = None
-
-
-#: At most this much of a log line becomes a failure's message.
-MESSAGE_CHARS = 500
-
-
-def exit_info(ev: KernelExit, hostname: str, preparing: bool) -> dict[str, Any]:
-    """The session's status_info after a kernel's exit: which kernel, how, its last logs."""
-    reason = "kernel ran out of memory" if ev.oom_killed else "kernel exited"
-    if preparing:
-        reason += " while the session was being prepared"
-    info: dict[str, Any] = {
-        "reason": reason,
-        "kernel": hostname,
-        "exit_code": ev.exit_code,
-        "oom_killed": ev.oom_killed,
-    }
-    # The engine's error; while preparing, else the kernel's last words: a command that could
-    # not run at all fails in Docker's init, after the container started, and says why only
-    # in its output (which one of the start's own checks may or may not have seen first).
-    said = [line.strip() for line in ev.last_logs if line.strip()] if preparing else []
-    message = ev.error or (said[-1][:MESSAGE_CHARS] if said else "")
-    if message:
-        info["message"] = message
-    info["last_logs"] = ev.last_logs
-    return info
-
-
-def batch_info(ev: KernelExit, hostname: str, mem: int) -> dict[str, Any]:
-    """The session's status_info when its batch command (main1) ended: its exit code, and
-    whether the kernel was killed for memory (the exit code alone, 137, does not say)."""
-    if not ev.oom_killed:
-        return {"reason": "batch command finished", "exit_code": ev.exit_code}
-    return {
-        "reason": f"{hostname} killed: out of memory (limit {format_size(mem)})",
-        "kernel": hostname,
-        "exit_code": ev.exit_code,
-        "oom_killed": True,
-    }
 
 
 def _mark(k: Kernel, ev: KernelExit, changes: list[Any]) -> None:
@@ -91,12 +43,9 @@ async def record_running_exit(life: Life, agent_id: str, ev: KernelExit) -> Outc
             return None
         if k.status != KernelStatus.RUNNING:
             return None  # reported already
-        _mark(k, ev, changes_of(db))
-        if s.type == SessionType.BATCH and k.role == "main":
-            return Outcome(
-                SessionStatus.TERMINATED, batch_info(ev, k.hostname, s.mem), ev.exit_code
-            )
-        return Outcome(SessionStatus.ERROR, exit_info(ev, k.hostname, preparing=False))
+        changes = changes_of(db)
+        _mark(k, ev, changes)
+        return judge(s, k, ev, changes)
 
     return await life.store.write(step)
 

@@ -50,6 +50,11 @@ SESSION_COLUMNS = (
     Session.started_at,
     Session.terminated_at,
     Session.timeline,
+    Session.max_restarts,
+    Session.no_restart_exit_codes,
+    Session.success_policy,
+    Session.restarts,
+    Session.restart_history,
 )
 KERNEL_COLUMNS = (
     Kernel.session_id,
@@ -168,7 +173,27 @@ def session_wire(
             }
             for k, p in zip(kernels, kernel_phases, strict=True)
         ],
+        "max_restarts": s["max_restarts"] or 0,
+        "no_restart_exit_codes": s["no_restart_exit_codes"] or [],
+        "success_policy": s["success_policy"] or "main",
+        "restarts": s["restarts"] or 0,
+        "restart_history": [
+            {key: r.get(key, default) for key, default in _RECORD_KEYS}
+            for r in s["restart_history"] or []
+        ],
     }
+
+
+#: a restart record's keys in the model's order, with their defaults
+_RECORD_KEYS: tuple[tuple[str, Any], ...] = (
+    ("attempt", 0),
+    ("kernel", ""),
+    ("reason", ""),
+    ("exit_code", None),
+    ("oom_killed", False),
+    ("last_logs", []),
+    ("at", ""),
+)
 
 
 def fields(obj: Any, keys: Sequence[str]) -> dict[str, Any]:
