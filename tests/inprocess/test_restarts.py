@@ -124,7 +124,7 @@ async def test_success_all_runs_the_command_everywhere(manager: Harness) -> None
     )
     assert s["success_policy"] == "all"
     sid = s["id"]
-    assert manager.local.calls.count("signal_go") == 3
+    await eventually(lambda: manager.local.calls.count("signal_go") == 3)
     assert all(spec_of(manager, sid, h).command[-1] == "work" for h in ("main1", "sub1", "sub2"))
     await manager.local.exit_kernel(sid, "main1", 0)
     await manager.local.exit_kernel(sid, "sub2", 0)
@@ -205,3 +205,17 @@ async def test_bad_rules_are_refused_naming_the_field(manager: Harness) -> None:
         assert error_of(r)["field"] == field, (body, r.text)
     r = await manager.client.get("/sessions", params={"all": "true"})
     assert r.json()["items"] == [] if "items" in r.json() else r.json() == []
+
+
+async def test_the_session_page_shows_the_restarts(manager: Harness) -> None:
+    from tests.inprocess.helpers import signed_in
+
+    s = await running(manager, "page", cluster_size=2, max_restarts=2)
+    await manager.local.exit_kernel(s["id"], "sub1", 7)
+    await restarted(manager, "page", 1)
+    c = await signed_in(manager)
+    r = await c.get(f"/sessions/{s['id']}")
+    assert r.status_code == 200
+    section = r.text.split('id="restarts"', 1)[1].split("</section>", 1)[0]
+    for text in ("Restarts", "1 of at most 2", "sub1", "exit code 7", "sub1 says goodbye"):
+        assert text in section, section
