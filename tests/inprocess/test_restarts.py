@@ -35,6 +35,7 @@ async def test_a_failure_restarts_the_whole_session_in_place(manager: Harness) -
     assert spec_of(manager, sid, "sub1").env["TROUPE_RESTART_COUNT"] == "0"
     before = {k["hostname"]: k for k in s["kernels"]}
     names = {c.spec.container_name for c in manager.local.containers.values()}
+    before_started = s["started_at"]
     await manager.local.exit_kernel(sid, "sub1", 137)
     s = await restarted(manager, "job", 1)
     # every kernel again: same names, hostnames, addresses, network; the new attempt's count
@@ -48,6 +49,8 @@ async def test_a_failure_restarts_the_whole_session_in_place(manager: Harness) -
         assert k["container_id"] != before[k["hostname"]]["container_id"]
     assert manager.local.calls.count("create_network") == 1
     assert manager.local.calls.count("signal_go") == 2  # the batch command started again
+    assert s["started_at"] == before_started  # the first start (the timeline has the latest)
+    assert s["timeline"]["RUNNING"] > s["timeline"]["RESTARTING"]
     [r] = s["restart_history"]
     assert (r["attempt"], r["kernel"], r["exit_code"], r["reason"]) == (
         0,

@@ -215,7 +215,9 @@ def transition(
     timeline = getattr(entity, "timeline", None)
     if isinstance(timeline, dict):
         entity.timeline = {**timeline, to.value: now.isoformat()}  # type: ignore[attr-defined]
-    if enum is S and to in _STAMPS:
+    # (``started_at`` is the first start: a restart's RUNNING again keeps it; the timeline
+    # holds the latest time of each status)
+    if enum is S and to in _STAMPS and not (old == S.RESTARTING and to == S.RUNNING):
         setattr(entity, _STAMPS[to], now)
     change = Change(
         _KIND[enum], entity.id, old.value, to.value, now, getattr(entity, "session_id", None)
