@@ -9,10 +9,19 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import BASE_IMAGE, Server, docker, remove_leftovers
+from tests.conftest import (
+    BASE_IMAGE,
+    Server,
+    docker,
+    remove_leftovers,
+    session_ids,
+    start_server,
+    stop_server,
+)
 from troupe.api.models import Mount, Resources, SessionCreate, SessionInfo
 from troupe.client.sdk import Client
 
@@ -141,3 +150,37 @@ def test_no_restart_exit_code_and_success_all(c: Client) -> None:
     info = final(c, every)
     assert (info.status, info.exit_code) == ("ERROR", 1), info
     assert info.status_info["kernel"] == "sub2", info
+
+
+def test_manager_killed_in_the_middle_of_a_restart(tmp_path: Path, docker_engine: None) -> None:
+    """The manager dies (SIGKILL) while a session is RESTARTING: once back, the session ends
+    ERROR with the reason, and nothing of it is left on the engine."""
+    srv = start_server(tmp_path)
+    try:
+        c = srv.client()
+        name = unique("mid")
+        c.create_session(batch(name, "sleep 600", max_restarts=2))
+        info = c.wait_session(name, until="running", timeout=180)
+        assert info.status == "RUNNING", info.status_info
+        sub1 = next(k for k in info.kernels if k.hostname == "sub1")
+        docker("kill", sub1.container_id or "")
+        deadline = time.monotonic() + 60
+        while c.get_session(name).status != "RESTARTING":
+            assert time.monotonic() < deadline, c.get_session(name)
+            time.sleep(0.05)
+        srv.proc.kill()
+        srv.proc.wait()
+        srv = start_server(tmp_path)
+        c = srv.client()
+        info = c.wait_session(name, until="final", timeout=120)
+        assert info.status == "ERROR", info
+        assert info.status_info == {
+            "reason": "manager restarted while the session was restarting",
+            "restarts": 1,
+        }
+        label = f"label=troupe.session={info.id}"
+        assert docker("ps", "-aq", "--filter", label).stdout.split() == []
+        assert docker("network", "ls", "-q", "--filter", label).stdout.split() == []
+    finally:
+        stop_server(srv)
+        remove_leftovers(session_ids(srv))
