@@ -222,3 +222,18 @@ async def test_the_session_page_shows_the_restarts(manager: Harness) -> None:
     section = r.text.split('id="restarts"', 1)[1].split("</section>", 1)[0]
     for text in ("Restarts", "1 of at most 2", "sub1", "exit code 7", "sub1 says goodbye"):
         assert text in section, section
+
+
+async def test_exits_of_the_failed_attempt_do_not_fail_the_restart(manager: Harness) -> None:
+    """Other kernels often fall with the first (a peer of a collective is gone): their exits,
+    reported while the failed attempt is being removed, are not failures of the restart."""
+    s = await running(manager, "fall", cluster_size=3, max_restarts=1)
+    manager.local.delays["remove_kernels"] = 0.5
+    await manager.local.exit_kernel(s["id"], "sub1", 137)
+    await manager.wait_status("fall", "RESTARTING")
+    await eventually(lambda: "remove_kernels" in manager.local.calls)
+    await manager.local.exit_kernel(s["id"], "main1", 1)
+    await manager.local.exit_kernel(s["id"], "sub2", 1)
+    del manager.local.delays["remove_kernels"]
+    s = await restarted(manager, "fall", 1)
+    assert [r["kernel"] for r in s["restart_history"]] == ["sub1"]

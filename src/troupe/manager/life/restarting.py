@@ -34,6 +34,10 @@ async def restart(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] |
         plan, attempt = await _begin(life, session_id)
         plan.progress = progress
         saved = await life.fleet.remove_session(session_id, plan.agents, networks=False)
+        # exits reported so far are the failed attempt's (other kernels that fell with the
+        # first, say): not failures of the restart
+        inbox.exits.clear()
+        inbox.arrived.clear()
         if saved:
             limit = life.config.saved_log_bytes
             await asyncio.to_thread(life.logs.save, session_id, saved, limit, attempt - 1)
