@@ -113,12 +113,16 @@ def session_path(status: SessionStatus) -> list[SessionStatus]:
     the main line, and a final status after TERMINATING (CANCELLED straight from PENDING)."""
     if status == S.CANCELLED:
         return [S.CANCELLED]
+    if status == S.RESTARTING:  # off the main line: a kernel failed while RUNNING
+        return [*MAIN_LINE[1:4], S.RESTARTING]
     line = [*MAIN_LINE[1:], status] if status in SESSION_FINAL else list(MAIN_LINE[1:])
     return line[: line.index(status) + 1] if status != S.PENDING else []
 
 
 def default_kernel_status(status: SessionStatus) -> KernelStatus:
     """Where kernels are when their session is at ``status`` and nothing went wrong."""
+    if status == S.RESTARTING:
+        return K.RESTARTING
     if status in SESSION_HAS_KERNELS:
         return K.RUNNING
     return K.TERMINATED if status in SESSION_FINAL else K.PENDING

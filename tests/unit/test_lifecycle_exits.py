@@ -1,9 +1,9 @@
-"""What a session says when one of its kernels exits (manager/life/exits.exit_info)."""
+"""What a session says when one of its kernels exits (manager/life/judging.exit_info)."""
 
 from __future__ import annotations
 
 from troupe.api.agent import KernelExit
-from troupe.manager.life.exits import exit_info
+from troupe.manager.life.judging import exit_info
 
 TINI = "[FATAL tini (7)] exec /bin/sh failed: No such file or directory"
 

@@ -77,6 +77,26 @@ def stored(draw: st.DrawFn) -> tuple[dict[str, Any], str, list[dict[str, Any]]]:
         "stop_grace": draw(st.integers(0, 3600)),
         "idle_timeout": draw(st.none() | st.integers(10, 366 * 86400)),
         "idle_since": draw(st.none() | times),
+        "max_restarts": draw(st.integers(0, 100)),
+        "no_restart_exit_codes": draw(st.lists(st.integers(0, 255), max_size=3)),
+        "success_policy": draw(st.sampled_from(["main", "all"])),
+        "restarts": draw(st.integers(0, 100)),
+        "restart_history": draw(
+            st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "attempt": st.integers(0, 100),
+                        "kernel": names,
+                        "reason": texts,
+                        "exit_code": st.none() | st.integers(-255, 255),
+                        "oom_killed": st.booleans(),
+                        "last_logs": st.lists(texts, max_size=2),
+                        "at": times.map(lambda t: t.isoformat() + "Z"),
+                    }
+                ),
+                max_size=2,
+            )
+        ),
     }
     kernels = [
         {

@@ -153,9 +153,18 @@ def container_config(
             **({"DeviceRequests": device_requests(spec.gpus)} if spec.gpus else {}),
         },
         "NetworkingConfig": {
-            "EndpointsConfig": {spec.network: {"Aliases": [spec.hostname]}},
+            "EndpointsConfig": {spec.network: endpoint(spec)},
         },
     }
+
+
+def endpoint(spec: KernelSpec) -> dict[str, Any]:
+    """The kernel on its network: its hostname as alias, and its address when it must keep
+    one (a restart in place)."""
+    config: dict[str, Any] = {"Aliases": [spec.hostname]}
+    if spec.ip:
+        config["IPAMConfig"] = {"IPv4Address": spec.ip}
+    return config
 
 
 def files_archive(files: list[FileSpec]) -> bytes:

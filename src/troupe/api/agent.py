@@ -77,6 +77,8 @@ class KernelSpec(BaseModel):
     mounts: list[MountSpec] = Field(default_factory=list)
     #: UUIDs of the whole GPUs this kernel gets (the engine's ``nvidia`` device request)
     gpus: list[GpuId] = Field(default_factory=list)
+    #: the address to give it on its network (a restart in place keeps the one it had)
+    ip: str | None = None
 
     @property
     def container_name(self) -> str:

@@ -22,6 +22,7 @@ class SessionStatus(StrEnum):
     SCHEDULED = "SCHEDULED"
     PREPARING = "PREPARING"
     RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
     TERMINATING = "TERMINATING"
     TERMINATED = "TERMINATED"
     ERROR = "ERROR"
@@ -36,6 +37,7 @@ class KernelStatus(StrEnum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     EXITED = "EXITED"
+    RESTARTING = "RESTARTING"
     TERMINATED = "TERMINATED"
 
 
@@ -51,9 +53,9 @@ SESSION_FINAL = frozenset({S.TERMINATED, S.ERROR, S.CANCELLED})
 #: Not over: the name is taken (unique per owner among these).
 SESSION_ACTIVE = frozenset(set(S) - SESSION_FINAL)
 #: Placed on agents: its kernels' resources count as used there.
-SESSION_ALLOCATED = frozenset({S.SCHEDULED, S.PREPARING, S.RUNNING, S.TERMINATING})
+SESSION_ALLOCATED = frozenset({S.SCHEDULED, S.PREPARING, S.RUNNING, S.RESTARTING, S.TERMINATING})
 #: Kernels exist on their agents (exec, logs and the web UI's kernel views apply).
-SESSION_HAS_KERNELS = frozenset({S.PREPARING, S.RUNNING, S.TERMINATING})
+SESSION_HAS_KERNELS = frozenset({S.PREPARING, S.RUNNING, S.RESTARTING, S.TERMINATING})
 
 # StrEnum members compare (and hash) as their strings, and sessions and kernels share names
 # such as RUNNING: each kind has its own table.
@@ -61,7 +63,8 @@ SESSION_MOVES: Mapping[SessionStatus, frozenset[SessionStatus]] = {
     S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED}),
     S.SCHEDULED: frozenset({S.PREPARING, S.TERMINATING}),
     S.PREPARING: frozenset({S.RUNNING, S.TERMINATING}),
-    S.RUNNING: frozenset({S.TERMINATING}),
+    S.RUNNING: frozenset({S.RESTARTING, S.TERMINATING}),
+    S.RESTARTING: frozenset({S.RUNNING, S.TERMINATING}),
     S.TERMINATING: frozenset({S.TERMINATED, S.ERROR}),
     S.TERMINATED: frozenset(),
     S.ERROR: frozenset(),
@@ -69,8 +72,9 @@ SESSION_MOVES: Mapping[SessionStatus, frozenset[SessionStatus]] = {
 }
 KERNEL_MOVES: Mapping[KernelStatus, frozenset[KernelStatus]] = {
     K.PENDING: frozenset({K.RUNNING, K.TERMINATED}),
-    K.RUNNING: frozenset({K.EXITED, K.TERMINATED}),
-    K.EXITED: frozenset({K.TERMINATED}),
+    K.RUNNING: frozenset({K.EXITED, K.RESTARTING, K.TERMINATED}),
+    K.EXITED: frozenset({K.RESTARTING, K.TERMINATED}),
+    K.RESTARTING: frozenset({K.RUNNING, K.TERMINATED}),
     K.TERMINATED: frozenset(),
 }
 AGENT_MOVES: Mapping[AgentStatus, frozenset[AgentStatus]] = {
@@ -93,10 +97,13 @@ WHY: Mapping[type[StrEnum], Mapping[tuple[str, str], str]] = {
         (S.SCHEDULED, S.TERMINATING): "destroyed, agent lost, or manager restarted",
         (S.PREPARING, S.RUNNING): "every kernel reaches every other (readiness barrier)",
         (S.PREPARING, S.TERMINATING): "a step failed or timed out, a kernel exited, destroyed",
+        (S.RUNNING, S.RESTARTING): "a kernel failed and restarts are left (max_restarts)",
         (
             S.RUNNING,
             S.TERMINATING,
         ): "destroyed, a kernel exited, batch ended, agent lost, a clock ran out",
+        (S.RESTARTING, S.RUNNING): "every kernel started again and reaches every other",
+        (S.RESTARTING, S.TERMINATING): "the restart failed or timed out, destroyed",
         (S.TERMINATING, S.TERMINATED): "kernels and network removed after a destroy or batch end",
         (S.TERMINATING, S.ERROR): "kernels and network removed after a failure",
     },
@@ -104,8 +111,12 @@ WHY: Mapping[type[StrEnum], Mapping[tuple[str, str], str]] = {
         (K.PENDING, K.RUNNING): "its container was created and started",
         (K.PENDING, K.TERMINATED): "the session ended before the kernel was created",
         (K.RUNNING, K.EXITED): "its container stopped on its own",
+        (K.RUNNING, K.RESTARTING): "its session restarts: its container is made again",
         (K.RUNNING, K.TERMINATED): "its container was removed",
+        (K.EXITED, K.RESTARTING): "its session restarts: its container is made again",
         (K.EXITED, K.TERMINATED): "its container was removed",
+        (K.RESTARTING, K.RUNNING): "its container was made again and started",
+        (K.RESTARTING, K.TERMINATED): "the session ended while it restarted",
     },
     AgentStatus: {
         (A.ALIVE, A.LOST): "no heartbeat for the agent time-out",
@@ -227,7 +238,9 @@ def transition(
     timeline = getattr(entity, "timeline", None)
     if isinstance(timeline, dict):
         entity.timeline = {**timeline, to.value: now.isoformat()}  # type: ignore[attr-defined]
-    if enum is S and to in _STAMPS:
+    # (``started_at`` is the first start: a restart's RUNNING again keeps it; the timeline
+    # holds the latest time of each status)
+    if enum is S and to in _STAMPS and not (old == S.RESTARTING and to == S.RUNNING):
         setattr(entity, _STAMPS[to], now)
     change = Change(
         _KIND[enum],

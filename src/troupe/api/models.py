@@ -13,12 +13,12 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.json_schema import SkipJsonSchema
 
 from troupe.api import defaults
 from troupe.api.exec import KERNEL_PATTERN
 from troupe.api.lifecycle import AgentStatus, KernelStatus, SessionStatus
 from troupe.api.metrics import UsageSummary
+from troupe.api.policies import RestartRules, RestartView
 from troupe.api.roles import ResolvedRole, RoleSpec, roles_error, total_kernels
 from troupe.api.session_times import TimesCreate, TimesInfo
 from troupe.api.values import (
@@ -114,7 +114,7 @@ class Mount(Strict):
         return cls(folder=name, readonly=mode == "ro")
 
 
-class SessionCreate(TimesCreate, Strict):
+class SessionCreate(TimesCreate, RestartRules, Strict):
     name: Name
     image: str = Field(
         min_length=1,
@@ -278,7 +278,7 @@ class KernelInfo(BaseModel):
     )
 
 
-class SessionInfo(TimesInfo):
+class SessionShown(TimesInfo):
     id: str
     name: str
     owner: str
@@ -312,6 +312,10 @@ class SessionInfo(TimesInfo):
     kernels: list[KernelInfo] = Field(default_factory=list)
     #: a finished session's use (GET /v1/sessions/{ref}; null in lists and while it runs)
     usage: UsageSummary | None = None
+
+
+class SessionInfo(RestartView, SessionShown):
+    """A session as the API shows it (its restart fields last)."""
 
 
 class SessionSSH(BaseModel):
@@ -422,28 +426,3 @@ class AppInfo(BaseModel):
     #: the last lines of the app's log (``/home/work/.troupe/apps/<name>.log``) when it is
     #: not running
     log_tail: list[str] = Field(default_factory=list)
-
-
-class ErrorDetail(BaseModel):
-    """What went wrong, as ``TroupeError.to_wire`` writes it and ``from_wire`` reads it
-    (:mod:`troupe.api.errors`); the edge (:mod:`troupe.api.edge`) sets the HTTP status from
-    ``code``. The one error shape of the manager's and the agents' APIs."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    code: str = Field(
-        pattern=r"^[a-z_]+$", description="what kind of error, e.g. not_found, quota_exceeded"
-    )
-    message: str = Field(min_length=1, description="for people; starts with the field it names")
-    field: str | None = Field(description="the request field at fault, if one is")
-    kernel: str | SkipJsonSchema[None] = Field(
-        None, description="the kernel concerned (only when one is)"
-    )
-
-
-class ErrorBody(BaseModel):
-    """Every error answer (4xx, 5xx): ``{"error": {...}}``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    error: ErrorDetail

@@ -212,8 +212,11 @@ class Fleet:
         row.last_heartbeat = utcnow()
         return row, was_lost
 
-    async def remove_session(self, session_id: str, agent_ids: Iterable[str]) -> dict[str, str]:
-        """Removes a session's kernels on ``agent_ids``, then its networks on every agent.
+    async def remove_session(
+        self, session_id: str, agent_ids: Iterable[str], *, networks: bool = True
+    ) -> dict[str, str]:
+        """Removes a session's kernels on ``agent_ids``, then (unless ``networks`` is False: a
+        restart in place keeps them) its networks on every agent.
 
         Networks go last: an overlay created through one agent can only be removed once the
         kernels on the other agents have left it. Unreachable agents are skipped; the orphan
@@ -227,7 +230,7 @@ class Fleet:
             except TroupeError as e:
                 log.warning("removing kernels of %s on %s: %s", session_id, agent.name, e)
 
-        async def networks(agent: AgentBackend) -> None:
+        async def remove_networks(agent: AgentBackend) -> None:
             try:
                 await agent.remove_session_networks(session_id)
             except TroupeError as e:
@@ -235,7 +238,8 @@ class Fleet:
 
         reachable = self.reachable()
         await asyncio.gather(*(kernels(reachable[i]) for i in set(agent_ids) if i in reachable))
-        await asyncio.gather(*(networks(a) for a in reachable.values()))
+        if networks:
+            await asyncio.gather(*(remove_networks(a) for a in reachable.values()))
         return saved
 
     async def sweep_orphans(self) -> None:

@@ -19,7 +19,7 @@ from troupe.api.models import ExecRequest
 from troupe.manager import log_positions
 from troupe.manager.fleet import Fleet
 from troupe.manager.log_positions import Cursor
-from troupe.manager.logs import LogLine, LogStore, fair, merged, resumed, stamped
+from troupe.manager.logs import LogLine, LogStore, close_stream, fair, merged, resumed, stamped
 from troupe.manager.store.models import Kernel, Session
 
 
@@ -81,8 +81,28 @@ def logs(
             source, live = agent.logs(k.container_id, follow=follow), True
         else:
             source = store.lines(s.id, k.hostname)
-        streams.append(resumed(stamped(i, k.hostname, source), cursor.positions[i]))
+        attempts = [] if evicted else range(s.restarts or 0)
+        parts = [stamped(i, _label(k, a), store.lines(s.id, k.hostname, a)) for a in attempts]
+        parts.append(stamped(i, _label(k, s.restarts or 0, bool(attempts)), source))
+        streams.append(resumed(_chained(parts), cursor.positions[i]))
     return Logs(fair(merged(streams, follow=follow and live)), cursor)
+
+
+def _label(k: Kernel, attempt: int, restarted: bool = True) -> str:
+    """The name a kernel's lines carry: its hostname, with the attempt (``main1#0``) in a
+    session that restarted, so every line's attempt is known (docs/policies.md)."""
+    return f"{k.hostname}#{attempt}" if restarted else k.hostname
+
+
+async def _chained(parts: list[AsyncIterator[LogLine]]) -> AsyncIterator[LogLine]:
+    """The lines of one kernel's attempts, one after another (each in time order)."""
+    try:
+        for part in parts:
+            async for line in part:
+                yield line
+    finally:
+        for part in parts:
+            await close_stream(part)
 
 
 def kernel_target(fleet: Fleet, s: Session, hostname: str) -> tuple[AgentBackend, str]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from troupe.api.agent import FileSpec, KernelSpec, MountSpec
 from troupe.api.models import SessionType
+from troupe.api.policies import RESTART_COUNT_VAR
 from troupe.cluster import (
     KernelContract,
     build_cluster,
@@ -53,6 +54,8 @@ class SessionPlan:
     #: hostname -> that kernel's own (its role's) shape; a kernel not named has the
     #: session's, and runs ``startup_command`` if it is main1
     roles: Mapping[str, KernelShape] = field(default_factory=dict)
+    #: which attempt this is (TROUPE_RESTART_COUNT in every kernel; 0 the first time)
+    restarts: int = 0
 
     def shape(self, hostname: str) -> KernelShape:
         """The image, resources and command of the kernel ``hostname``."""
@@ -182,7 +185,7 @@ def kernel_specs(
                 hostname=c.hostname,
                 image=shape.image,
                 network=plan.network,
-                env={**c.env, GPUS_VAR: str(shape.gpu)},
+                env={**c.env, GPUS_VAR: str(shape.gpu), RESTART_COUNT_VAR: str(plan.restarts)},
                 cpu=shape.cpu,
                 mem=shape.mem,
                 command=command,
@@ -195,7 +198,8 @@ def kernel_specs(
 
 
 def session_kernel_specs(s: Session, ready_timeout: float = 300) -> list[KernelSpec]:
-    """The kernel specs of a stored, placed session (its network already chosen)."""
+    """The kernel specs of a stored, placed session (its network already chosen); on a
+    restart each kernel keeps the address it had."""
     assert s.network is not None
     layout: list[tuple[str, int]] = []
     for k in s.kernels:  # in rank order: each role's kernels one after another
@@ -229,6 +233,7 @@ def session_kernel_specs(s: Session, ready_timeout: float = 300) -> list[KernelS
         user_ssh_key=s.user_ssh_key,
         mounts={m["folder"]: (m["folder_id"], bool(m["readonly"])) for m in s.mounts},
         ready_timeout=max(1, int(ready_timeout)),
+        restarts=s.restarts or 0,
         roles={
             k.hostname: KernelShape(k.image, k.cpu, k.mem, k.gpu, k.startup_command)
             for k in s.kernels
@@ -236,4 +241,8 @@ def session_kernel_specs(s: Session, ready_timeout: float = 300) -> list[KernelS
     )
     keys = {k.hostname: (k.host_private_key, k.host_public_key) for k in s.kernels}
     gpus = {k.hostname: [str(g) for g in k.gpus or []] for k in s.kernels}
-    return kernel_specs(plan, contracts, keys, gpus)
+    specs = kernel_specs(plan, contracts, keys, gpus)
+    if s.restarts:
+        ips = {k.id: k.ip for k in s.kernels}
+        specs = [spec.model_copy(update={"ip": ips.get(spec.kernel_id)}) for spec in specs]
+    return specs

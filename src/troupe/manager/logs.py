@@ -69,7 +69,7 @@ class LogLine(NamedTuple):
         return f"[{self.host}] {self.text}"
 
 
-async def _close(it: object) -> None:
+async def close_stream(it: object) -> None:
     aclose: Callable[[], Awaitable[object]] | None = getattr(it, "aclose", None)
     if aclose is not None:
         with contextlib.suppress(Exception):
@@ -89,7 +89,7 @@ async def stamped(kernel: int, host: str, raw: AsyncIterator[str]) -> AsyncItera
                 at, run = new, 1
             yield LogLine(host, ts, text if text.endswith("\n") else text + "\n", kernel, at, run)
     finally:
-        await _close(raw)
+        await close_stream(raw)
 
 
 async def resumed(lines: AsyncIterator[LogLine], pos: Position | None) -> AsyncIterator[LogLine]:
@@ -107,7 +107,7 @@ async def resumed(lines: AsyncIterator[LogLine], pos: Position | None) -> AsyncI
         async for line in lines:
             yield line
     finally:
-        await _close(lines)
+        await close_stream(lines)
 
 
 async def fair(lines: AsyncIterator[LogLine], every: int = FAIR_EVERY) -> AsyncIterator[LogLine]:
@@ -125,7 +125,7 @@ async def fair(lines: AsyncIterator[LogLine], every: int = FAIR_EVERY) -> AsyncI
                     await asyncio.sleep(FAIR_PAUSE)
                     since = time.monotonic()
     finally:
-        await _close(lines)
+        await close_stream(lines)
 
 
 async def merged(streams: Sequence[AsyncIterator[LogLine]], follow: bool) -> AsyncIterator[LogLine]:
@@ -138,7 +138,7 @@ async def merged(streams: Sequence[AsyncIterator[LogLine]], follow: bool) -> Asy
             async for line in streams[0]:
                 yield line
         finally:
-            await _close(streams[0])
+            await close_stream(streams[0])
         return
     if not follow:
         async for line in _by_time(streams):
@@ -165,7 +165,7 @@ async def merged(streams: Sequence[AsyncIterator[LogLine]], follow: bool) -> Asy
     finally:
         await cancel_all(tasks)
         for s in streams:
-            await _close(s)
+            await close_stream(s)
 
 
 async def _by_time(streams: Sequence[AsyncIterator[LogLine]]) -> AsyncIterator[LogLine]:
@@ -190,7 +190,7 @@ async def _by_time(streams: Sequence[AsyncIterator[LogLine]]) -> AsyncIterator[L
             await pull(order)
     finally:
         for s in streams:
-            await _close(s)
+            await close_stream(s)
     if failures:
         raise failures[0]
 
@@ -286,14 +286,20 @@ class LogStore:
         self._index: dict[str, tuple[float, int]] | None = None
 
     def save(
-        self, session_id: str, logs: Mapping[str, str], limit: int = defaults.SAVED_LOG_BYTES
+        self,
+        session_id: str,
+        logs: Mapping[str, str],
+        limit: int = defaults.SAVED_LOG_BYTES,
+        attempt: int | None = None,
     ) -> None:
+        """Saves kernels' logs: of the last attempt, or (with ``attempt``) of a failed attempt
+        of a session that restarted (docs/policies.md)."""
         _private_dir(self.root)
         d = self.root / session_id
         _private_dir(d)
         for host, text in logs.items():
             if _HOSTNAME.match(host):
-                _write_private(d / f"{host}.log", tail(text, limit))
+                _write_private(d / _name(host, attempt), tail(text, limit))
         with self._lock:
             index = self._scanned()
             index[session_id] = (time.time(), _size(d))
@@ -324,9 +330,12 @@ class LogStore:
         """Whether the session's logs were deleted to keep within ``total``."""
         return (self.root / f"{session_id}{EVICTED}").exists()
 
-    def lines(self, session_id: str, hostname: str) -> AsyncIterator[str]:
-        """A saved log's lines, streamed (none if there is no such log)."""
-        return read_lines(self.root / session_id / f"{hostname}.log")
+    def lines(
+        self, session_id: str, hostname: str, attempt: int | None = None
+    ) -> AsyncIterator[str]:
+        """A saved log's lines, streamed (none if there is no such log): the last attempt's,
+        or those of the failed ``attempt``."""
+        return read_lines(self.root / session_id / _name(hostname, attempt))
 
     def _scanned(self) -> dict[str, tuple[float, int]]:
         if self._index is None:
@@ -350,6 +359,11 @@ class LogStore:
             _write_private(self.root / f"{oldest}{EVICTED}", "")  # to say so, not to fail
             gone.append(oldest)
         return gone
+
+
+def _name(host: str, attempt: int | None) -> str:
+    """A saved log's file name: ``main1.log``, or ``main1.attempt0.log`` for a failed one."""
+    return f"{host}.log" if attempt is None else f"{host}.attempt{attempt}.log"
 
 
 def _size(d: Path) -> int:

@@ -30,6 +30,7 @@ from troupe.manager.life import (
     placing,
     preparing,
     reconcile,
+    restarting,
     retention,
     teardown,
 )
@@ -168,8 +169,30 @@ class Registry:
 
     async def _running_exit(self, ev: KernelExited) -> None:
         outcome = await exits.record_running_exit(self.life, ev.agent_id, ev.exit)
-        if outcome is not None:
-            await self.end(ev.exit.session_id, outcome.ending, outcome.info, outcome.exit_code)
+        sid = ev.exit.session_id
+        if outcome is None:
+            return
+        if outcome.ending == S.RESTARTING:
+            self._preparers[sid] = self._spawn(self._restart(sid), f"restart-{sid}")
+            return
+        await self.end(sid, outcome.ending, outcome.info, outcome.exit_code)
+
+    async def _restart(self, session_id: str) -> None:
+        """A whole-session restart in place (:mod:`troupe.manager.life.restarting`); its
+        kernels' exits go to its inbox meanwhile, as a preparer's do."""
+        inbox = self._inboxes[session_id] = preparing.Inbox()
+        try:
+            failure = await restarting.restart(self.life, session_id, inbox)
+        finally:
+            self._inboxes.pop(session_id, None)
+            self._preparers.pop(session_id, None)
+        if failure is not None:
+            await exits.record_exit_codes(self.life, session_id, [e.exit for e in inbox.exits])
+            failure["reason"] = f"restart failed: {failure.get('reason', '')}"
+            await self.end(session_id, S.ERROR, failure)
+            return
+        for ev in inbox.exits:  # arrived between the readiness check and RUNNING
+            await self._running_exit(ev)
 
     # -- loops -----------------------------------------------------------------------
     async def _scheduler_loop(self) -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from troupe.client.cli import apps, events, limit_options, reach, session_exec, top
+from troupe.client.cli import policy_options as policy
 from troupe.client.cli.choices import (
     CREATE_DEFAULTS,
     RESOURCE_DEFAULTS,
@@ -178,6 +179,9 @@ def create(
     time_limit: limit_options.TimeLimitOpt = None,
     stop_grace: limit_options.StopGraceOpt = None,
     idle_timeout: limit_options.IdleTimeoutOpt = None,
+    max_restarts: policy.MaxRestartsOpt = None,
+    no_restart_exit_codes: policy.NoRestartOpt = None,
+    success: policy.SuccessOpt = None,
     wait: Annotated[
         bool, typer.Option("--wait/--no-wait", help="wait until running (batch: until finished)")
     ] = False,
@@ -235,6 +239,7 @@ def create(
     }
     data.update({k: v for k, v in optional.items() if v not in (None, {}, [])})
     data.update(limit_options.given(time_limit, stop_grace, idle_timeout))
+    data.update(policy.policy_fields(max_restarts, no_restart_exit_codes, success))
     key_file = reach.ssh_key_file(ssh_key)
     if key_file is not None:
         data["ssh_key"] = reach.read_public_key(key_file)
@@ -329,6 +334,7 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
             ("uid/gid", f"{s.uid}/{s.gid}"),
             ("network", network),
             ("exit code", s.exit_code),
+            ("success", s.success_policy.value if s.type == "batch" else None),
             ("created", fmt_time(s.created_at)),
             ("started", fmt_time(s.started_at)),
             ("terminated", fmt_time(s.terminated_at)),
@@ -358,7 +364,7 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
                 for k in s.kernels
             ],
         )
-    lines = status_info_lines(s.status_info) + top.usage_lines(s.usage)
+    lines = status_info_lines(s.status_info) + top.usage_lines(s.usage) + policy.restart_lines(s)
     if lines:
         console.print()
         for line in lines:

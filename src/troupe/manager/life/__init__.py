@@ -1,5 +1,5 @@
-"""A session's life in named steps: admission, placing, preparing, exits, teardown, a lost
-agent, and reconciliation after a restart. Each step is a small function over a
+"""A session's life in named steps: admission, placing, preparing, exits, restarting,
+teardown, a lost agent, and reconciliation after a restart. Each step is a small function over a
 :class:`Life`; the registry (``manager/registry.py``) owns the tasks that run them."""
 
 from troupe.manager.life import (
@@ -9,6 +9,7 @@ from troupe.manager.life import (
     placing,
     preparing,
     reconcile,
+    restarting,
     teardown,
 )
 from troupe.manager.life.context import Life
@@ -21,5 +22,6 @@ __all__ = [
     "placing",
     "preparing",
     "reconcile",
+    "restarting",
     "teardown",
 ]

@@ -33,6 +33,7 @@ from troupe.api.lifecycle import (
     utcnow,
 )
 from troupe.api.models import SessionCreate
+from troupe.api.policies import SuccessPolicy, kernel_command
 from troupe.api.users import Usage
 from troupe.cluster import build_cluster, generate_ed25519
 from troupe.manager import disk, quotas
@@ -230,6 +231,9 @@ def new_session(
         ssh_private_key=key.private_openssh,
         ssh_public_key=key.public_openssh,
         user_ssh_key=req.ssh_key,
+        max_restarts=req.max_restarts,
+        no_restart_exit_codes=req.no_restart_exit_codes,
+        success_policy=req.success_policy or SuccessPolicy.MAIN,
     )
     s.created_at = now = utcnow()
     begin(s, SessionStatus.PENDING, changes, now, reason="created", actor=actor_of(owner))
@@ -259,7 +263,9 @@ def new_session(
             mem=role.mem,
             gpu=role.gpu,
             environ=role.environ,
-            startup_command=role.startup_command,
+            startup_command=kernel_command(
+                req.success_policy, req.startup_command, role.startup_command
+            ),
             host_public_key=hk.public_openssh,
             host_private_key=hk.private_openssh,
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -38,7 +38,7 @@ from troupe.api.models import SessionType
 from troupe.manager.events import KernelExited
 from troupe.manager.kernels import session_kernel_specs
 from troupe.manager.life.context import Life, load
-from troupe.manager.life.exits import exit_info
+from troupe.manager.life.judging import exit_info
 from troupe.manager.networks import AgentNet, free_subnet, plan_network
 from troupe.manager.store.models import Agent, Session
 from troupe.manager.store.unit import changes_of
@@ -86,56 +86,86 @@ class Plan:
     #: the session as loaded when preparing began, with its kernels (detached: read only):
     #: what the kernels' specs are made of, without reading it again on the way to their start
     session: Session
-    #: event-loop time by which the session must be RUNNING
-    deadline: float = 0.0
     #: when the network was made (ISO time: the session's ``network`` phase)
     network_at: str = ""
+    #: the session's status while this plan runs: PREPARING, or RESTARTING (a restart)
+    status: SessionStatus = SessionStatus.PREPARING
+    progress: Progress = field(default_factory=lambda: Progress())
 
     def left(self) -> float:
         """Seconds left until the deadline, less a second for reporting."""
-        return max(1.0, self.deadline - asyncio.get_running_loop().time() - 1)
+        return max(1.0, self.progress.deadline - asyncio.get_running_loop().time() - 1)
 
     @property
     def agents(self) -> list[str]:
         return list(dict.fromkeys(a for _, a in self.kernels.values()))
 
 
-async def prepare(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] | None:
-    """Runs the steps; returns None once RUNNING (or no longer ours), else why it failed."""
-    step = "starting"
+@dataclass
+class Progress:
+    """Where a start (or restart) is: its step (for a time-out's report) and its deadline."""
+
+    step: str = "starting"
+    #: event-loop time by which the session must be RUNNING
+    deadline: float = 0.0
+
+
+async def guarded(
+    life: Life, steps: Callable[[Progress], Awaitable[None]]
+) -> dict[str, Any] | None:
+    """Runs ``steps`` within ``create_timeout``; None once done (or the session is no longer
+    theirs), else why they failed (the session's status_info)."""
+    progress = Progress()
     try:
         async with asyncio.timeout(life.config.create_timeout) as limit:
-            step = "creating the network"
-            plan = await _begin(life, session_id)
-            if plan is None:
-                return None
-            plan.deadline = limit.when() or 0.0
-            await _create_network(life, session_id, plan)
-            step = "creating kernels"
-            started = await _create_kernels(life, plan, inbox)
-            step = "waiting until every kernel reaches every other"
-            times = await _wait_ready(life, session_id, plan, started, inbox)
-            if not await _running(life, session_id, times):
-                return None
-            if plan.batch:
-                step = "starting the batch command"
-                # main1's, and each role's kernel with a command of its own
-                for k in plan.session.kernels:
-                    if k.startup_command or k.id == session_id:
-                        agent = life.fleet[plan.kernels[k.id][1]]
-                        await agent.signal_go(started[k.id].container_id)
+            progress.deadline = limit.when() or 0.0
+            await steps(progress)
     except Abandoned:
         return None
     except Failed as e:
         return e.info
     except TimeoutError:
-        return {"reason": f"timed out after {life.config.create_timeout:g} s while {step}"}
+        return {"reason": f"timed out after {life.config.create_timeout:g} s while {progress.step}"}
     except TroupeError as e:
-        info: dict[str, Any] = {"reason": f"failed while {step}", "message": str(e)}
+        info: dict[str, Any] = {"reason": f"failed while {progress.step}", "message": str(e)}
         if e.kernel:
             info["kernel"] = e.kernel
         return info
     return None
+
+
+async def prepare(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] | None:
+    """Runs the steps; returns None once RUNNING (or no longer ours), else why it failed."""
+
+    async def steps(progress: Progress) -> None:
+        progress.step = "creating the network"
+        plan = await _begin(life, session_id)
+        if plan is None:
+            raise Abandoned
+        plan.progress = progress
+        await _create_network(life, session_id, plan)
+        await start_kernels(life, plan, inbox)
+
+    return await guarded(life, steps)
+
+
+async def start_kernels(life: Life, plan: Plan, inbox: Inbox) -> None:
+    """The kernels' part of a start (and of a restart): create, readiness barrier, RUNNING,
+    then the batch "go"; :class:`Abandoned` when the session left ``plan.status``."""
+    session_id = plan.session.id
+    plan.progress.step = "creating kernels"
+    started = await _create_kernels(life, plan, inbox)
+    plan.progress.step = "waiting until every kernel reaches every other"
+    times = await _wait_ready(life, session_id, plan, started, inbox)
+    if not await _running(life, session_id, plan.status, times):
+        raise Abandoned
+    if plan.batch:
+        plan.progress.step = "starting the batch command"
+        # main1's, and each kernel with a command of its own (its role's, success_policy all)
+        for k in plan.session.kernels:
+            if k.startup_command or k.id == session_id:
+                agent = life.fleet[plan.kernels[k.id][1]]
+                await agent.signal_go(started[k.id].container_id)
 
 
 async def _begin(life: Life, session_id: str) -> Plan | None:
@@ -275,7 +305,7 @@ async def _record_kernels(
 
     async def record(db: AsyncSession) -> None:
         s = await load(db, session_id)
-        if s.status != S.PREPARING:
+        if s.status != plan.status:
             raise Abandoned
         changes = changes_of(db)
         mark(s, {"network": plan.network_at})
@@ -334,13 +364,17 @@ async def _ready(
             await ready
 
 
-async def _running(life: Life, session_id: str, times: dict[str, ReadyTimes]) -> bool:
+async def _running(
+    life: Life, session_id: str, status: SessionStatus, times: dict[str, ReadyTimes]
+) -> bool:
     async def step(db: AsyncSession) -> bool:
         s = await load(db, session_id)
-        if s.status != S.PREPARING:
+        if s.status != status:
             return False
         for k in s.kernels:
             mark(k, times.get(k.hostname, {}))
+        if status == S.RESTARTING:
+            s.status_info = {}
         transition(s, S.RUNNING, changes_of(db), reason="every kernel is ready")
         return True
 

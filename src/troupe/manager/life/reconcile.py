@@ -1,6 +1,7 @@
 """After a manager restart: finish what was interrupted, fail what was lost.
 
-Sessions caught while being created fail (their leftovers are removed by teardown);
+Sessions caught while being created or restarted fail (their leftovers are removed by
+teardown);
 TERMINATING ones finish as begun; RUNNING ones whose kernels are gone fail. Agents that cannot
 be asked now are left to their heartbeat time-out. The GPUs of running kernels are read back
 from their containers (what the engine was asked for is what they hold).
@@ -42,6 +43,9 @@ async def reconcile(life: Life, teardown: Teardown) -> None:
             await teardown(
                 s.id, S.ERROR, {"reason": "manager restarted while the session was being created"}
             )
+        elif s.status == S.RESTARTING:
+            info = {"reason": "manager restarted while the session was restarting"}
+            await teardown(s.id, S.ERROR, {**info, "restarts": s.restarts})
         elif s.status == S.TERMINATING:
             await teardown(s.id, s.ending or S.TERMINATED, dict(s.status_info))
         else:

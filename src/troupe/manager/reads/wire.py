@@ -56,6 +56,11 @@ SESSION_COLUMNS = (
     Session.stop_grace,
     Session.idle_timeout,
     Session.idle_since,
+    Session.max_restarts,
+    Session.no_restart_exit_codes,
+    Session.success_policy,
+    Session.restarts,
+    Session.restart_history,
 )
 KERNEL_COLUMNS = (
     Kernel.session_id,
@@ -176,6 +181,14 @@ def session_wire(
             for k, p in zip(kernels, kernel_phases, strict=True)
         ],
         "usage": None,  # read for one finished session only (reads.sessions.session_by_ref)
+        "max_restarts": s["max_restarts"] or 0,
+        "no_restart_exit_codes": s["no_restart_exit_codes"] or [],
+        "success_policy": s["success_policy"] or "main",
+        "restarts": s["restarts"] or 0,
+        "restart_history": [
+            {key: r.get(key, default) for key, default in _RECORD_KEYS}
+            for r in s["restart_history"] or []
+        ],
     }
 
 
@@ -192,6 +205,18 @@ def clocks(s: Mapping[str, Any]) -> dict[str, Any]:
         "idle_since": idle_since,
         "idle_deadline": idle_deadline(idle_since, s["idle_timeout"]),
     }
+
+
+#: a restart record's keys in the model's order, with their defaults
+_RECORD_KEYS: tuple[tuple[str, Any], ...] = (
+    ("attempt", 0),
+    ("kernel", ""),
+    ("reason", ""),
+    ("exit_code", None),
+    ("oom_killed", False),
+    ("last_logs", []),
+    ("at", ""),
+)
 
 
 def fields(obj: Any, keys: Sequence[str]) -> dict[str, Any]:

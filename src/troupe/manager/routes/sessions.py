@@ -159,7 +159,8 @@ async def session_logs(
         body = log_events.events(lines, cursor, registry.config.keepalive_seconds)
         media_type = log_events.MEDIA_TYPE
     else:
-        body = log_events.plain(lines, prefixed=container is None)
+        # (one kernel's lines too, when they come from several attempts: [sub1#0] ...)
+        body = log_events.plain(lines, prefixed=container is None or bool(s.restarts))
         media_type = "text/plain; charset=utf-8"
     if not follow:
         body = log_events.batched(body)

@@ -197,6 +197,15 @@ class Session(Base):
     #: The user's own public key (``--ssh-key``), added to main1's authorized_keys only.
     user_ssh_key: Mapped[str | None] = mapped_column(Text, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    #: restart rules (docs/policies.md): how often the whole session may restart after a
+    #: kernel's failure, the exit codes that end it at once, and when a batch succeeds
+    max_restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    no_restart_exit_codes: Mapped[list[Any]] = mapped_column(default=list, server_default="[]")
+    success_policy: Mapped[str] = mapped_column(String(8), default="main", server_default="main")
+    #: how often it restarted so far (the attempt running now; TROUPE_RESTART_COUNT)
+    restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: one entry per restart: attempt, kernel, reason, exit_code, oom_killed, last_logs, at
+    restart_history: Mapped[list[Any]] = mapped_column(default=list, server_default="[]")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column()
     terminated_at: Mapped[datetime | None] = mapped_column()

@@ -19,13 +19,14 @@ TIMES = "\u00d7"  # the multiplication sign, as in "3 x 0.5 CPU = 1.5 CPU"
 
 S = SessionStatus
 #: Statuses on their way somewhere: shown with a spinner.
-CHANGING = frozenset({S.PENDING, S.SCHEDULED, S.PREPARING, S.TERMINATING})
+CHANGING = frozenset({S.PENDING, S.SCHEDULED, S.PREPARING, S.RESTARTING, S.TERMINATING})
 #: Status -> colour class of its badge (the CSS defines them).
 TONE: Mapping[str, str] = {
     S.PENDING: "wait",
     S.SCHEDULED: "busy",
     S.PREPARING: "busy",
     S.RUNNING: "ok",
+    S.RESTARTING: "busy",
     S.TERMINATING: "busy",
     S.TERMINATED: "off",
     S.ERROR: "bad",
@@ -104,7 +105,7 @@ def age_text(since: datetime, now: datetime | None = None) -> str:
 
 def kernels_running(s: SessionInfo) -> str | None:
     """``2/3 kernels running`` while a session is on its way up (None otherwise)."""
-    if s.status not in (S.SCHEDULED, S.PREPARING) or not s.kernels:
+    if s.status not in (S.SCHEDULED, S.PREPARING, S.RESTARTING) or not s.kernels:
         return None
     up = sum(k.status == KernelStatus.RUNNING for k in s.kernels)
     return f"{up}/{len(s.kernels)} kernels running"

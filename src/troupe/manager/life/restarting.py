@@ -1,0 +1,73 @@
+"""Restarting: RESTARTING -> RUNNING, the whole session again, in place.
+
+A kernel's failure with restarts left (:mod:`.judging`) moved the session and its kernels to
+RESTARTING. Here every kernel of the failed attempt is removed (its log saved as that
+attempt's), then made again on the same agent with the same name, hostname, address, keys,
+network and folders, and the start's own steps run again: the readiness barrier, RUNNING, the
+batch "go". Only the network's creation is skipped: it stays. ``TROUPE_RESTART_COUNT`` in
+every kernel is the session's ``restarts``. A kernel whose agent is LOST or gone cannot be
+restarted in place: the restart fails, and the session ends with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from troupe.api.agent import NetworkSpec
+from troupe.api.errors import AgentFailed
+from troupe.api.lifecycle import SessionStatus
+from troupe.api.models import SessionType
+from troupe.manager.life.context import Life, load
+from troupe.manager.life.preparing import Abandoned, Inbox, Plan, Progress, guarded, start_kernels
+
+S = SessionStatus
+
+
+async def restart(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] | None:
+    """Runs the restart; None once RUNNING again (or no longer ours), else why it failed."""
+
+    async def steps(progress: Progress) -> None:
+        progress.step = "removing the kernels of the failed attempt"
+        plan, attempt = await _begin(life, session_id)
+        plan.progress = progress
+        saved = await life.fleet.remove_session(session_id, plan.agents, networks=False)
+        # exits reported so far are the failed attempt's (other kernels that fell with the
+        # first, say): not failures of the restart
+        inbox.exits.clear()
+        inbox.arrived.clear()
+        if saved:
+            limit = life.config.saved_log_bytes
+            await asyncio.to_thread(life.logs.save, session_id, saved, limit, attempt - 1)
+        await start_kernels(life, plan, inbox)
+
+    return await guarded(life, steps)
+
+
+async def _begin(life: Life, session_id: str) -> tuple[Plan, int]:
+    """The plan of the restart (its kernels where they were) and the attempt it starts; the
+    failed attempt's exit codes cleared. :class:`AgentFailed` when an agent is not there."""
+
+    async def step(db: AsyncSession) -> tuple[Plan, int]:
+        s = await load(db, session_id)
+        if s.status != S.RESTARTING or not s.network:
+            raise Abandoned
+        kernels = {k.id: (k.hostname, k.agent_id or "") for k in s.kernels}
+        for host, agent_id in kernels.values():
+            if life.fleet.get(agent_id) is None or agent_id in life.fleet.lost:
+                raise AgentFailed(
+                    f"agent {agent_id!r} is not connected: a restart in place needs it",
+                    kernel=host,
+                )
+        for k in s.kernels:
+            k.exit_code, k.oom_killed = None, False
+        network = NetworkSpec(
+            name=s.network, session_id=s.id, owner=s.owner_id, subnet=s.subnet or ""
+        )
+        creator = next(iter(kernels.values()))[1]
+        batch = s.type == SessionType.BATCH
+        return Plan(network, creator, kernels, batch, s, status=S.RESTARTING), s.restarts
+
+    return await life.store.write(step)
