@@ -1,8 +1,8 @@
 """restarts: restart rules, the restart count and history of sessions; RESTARTING sessions
 are active and allocated (the partial indexes' predicates name it)
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0015
+Revises: 0014
 """
 
 import sqlalchemy as sa
