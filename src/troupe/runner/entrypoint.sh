@@ -108,6 +108,7 @@ if [ "$_troupe_root" = 1 ]; then
   if [ -n "$_troupe_rt" ] && ! _troupe_has /etc/passwd sshd; then
     echo "sshd:x:74:65534::/run/sshd:/nonexistent" >> /etc/passwd
   fi
+  [ -d /tmp ] || mkdir -m 1777 /tmp # (a scratch image may have none)
   _troupe_has /etc/group work || echo "work:x:$_troupe_gid:" >> /etc/group
   if ! _troupe_has /etc/passwd work; then
     echo "work:x:$_troupe_uid:$_troupe_gid::/home/work:$_troupe_shell" >> /etc/passwd
