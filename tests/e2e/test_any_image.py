@@ -75,7 +75,8 @@ class User:
 
     def sh(self, name: str, script: str, kernel: str = "main1") -> str:
         """``script`` under the kernel's sh (the runtime's where the image has none)."""
-        return ok(self.troupe("session", "exec", name, "--kernel", kernel, "--", "sh", "-c", script))
+        cmd = ("session", "exec", name, "--kernel", kernel, "--", "sh", "-c", script)
+        return ok(self.troupe(*cmd))
 
 
 def _import(tag: str, files: dict[str, str | bytes]) -> None:
@@ -91,7 +92,10 @@ def _import(tag: str, files: dict[str, str | bytes]) -> None:
                 info.size, info.mode = len(what), 0o755
                 tar.addfile(info, io.BytesIO(what))
     subprocess.run(
-        ["/usr/bin/docker", "import", "-", tag], input=buf.getvalue(), check=True, capture_output=True
+        ["/usr/bin/docker", "import", "-", tag],
+        input=buf.getvalue(),
+        check=True,
+        capture_output=True,
     )
 
 
@@ -115,9 +119,8 @@ def images(docker_engine: None) -> Iterator[None]:
         _build(MPI_NOSSH, MPI_DOCKERFILE)
         busybox = Path(BUSYBOX).read_bytes()
         applets = subprocess.run([BUSYBOX, "--list"], capture_output=True, text=True).stdout
-        _import(
-            BUSYBOX_ONLY, {"bin/busybox": busybox, **{f"bin/{a}": "busybox" for a in applets.split()}}
-        )
+        links: dict[str, str | bytes] = {f"bin/{a}": "busybox" for a in applets.split()}
+        _import(BUSYBOX_ONLY, {"bin/busybox": busybox, **links})
         _import(STATIC_ONLY, {"ldconfig": Path("/sbin/ldconfig").read_bytes()})
         yield
     finally:
