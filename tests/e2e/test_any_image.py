@@ -10,7 +10,9 @@ removed at the end. Every command runs with a throwaway HOME and key pair.
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import os
 import subprocess
 import tarfile
@@ -29,6 +31,7 @@ MINBASE = "troupe-test/minbase-user1234:1"
 BUSYBOX_ONLY = "troupe-test/busybox-only:1"
 STATIC_ONLY = "troupe-test/static-only:1"
 MPI_NOSSH = "troupe-test/mpi-nossh:1"
+ARM64 = "troupe-test/arm64-only:1"
 #: Variables every entry path must agree on (the runtime puts itself last on PATH).
 SAME = ("PATH", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG", "BACKENDAI_CLUSTER_HOSTS")
 
@@ -99,6 +102,35 @@ def _import(tag: str, files: dict[str, str | bytes]) -> None:
     )
 
 
+def _load_foreign(tag: str, arch: str) -> None:
+    """``docker load`` of a one-layer image whose config says ``linux/<arch>``."""
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as tar:
+        info = tarfile.TarInfo("hello")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"hi\n"))
+    diff_id = "sha256:" + hashlib.sha256(layer.getvalue()).hexdigest()
+    config = json.dumps(
+        {"architecture": arch, "os": "linux", "config": {"Cmd": ["/hello"]},
+         "rootfs": {"type": "layers", "diff_ids": [diff_id]}}
+    ).encode()  # fmt: skip
+    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    manifest = [{"Config": config_name, "RepoTags": [tag], "Layers": ["l/layer.tar"]}]
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data in (
+            ("l/layer.tar", layer.getvalue()),
+            (config_name, config),
+            ("manifest.json", json.dumps(manifest).encode()),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    subprocess.run(
+        ["/usr/bin/docker", "load"], input=out.getvalue(), check=True, capture_output=True
+    )
+
+
 def _build(tag: str, dockerfile: str) -> None:
     r = subprocess.run(
         ["/usr/bin/docker", "build", "-q", "-t", tag, "-"],
@@ -111,7 +143,7 @@ def _build(tag: str, dockerfile: str) -> None:
 
 @pytest.fixture(scope="module")
 def images(docker_engine: None) -> Iterator[None]:
-    tags = [MINBASE, BUSYBOX_ONLY, STATIC_ONLY, MPI_NOSSH]
+    tags = [MINBASE, BUSYBOX_ONLY, STATIC_ONLY, MPI_NOSSH, ARM64]
     try:
         rootfs = docker("images", "troupe/rootfs", "--format", "{{.Repository}}:{{.Tag}}")
         base = (rootfs.stdout.split() or ["troupe/base:0.1.0"])[0]
@@ -122,6 +154,7 @@ def images(docker_engine: None) -> Iterator[None]:
         links: dict[str, str | bytes] = {f"bin/{a}": "busybox" for a in applets.split()}
         _import(BUSYBOX_ONLY, {"bin/busybox": busybox, **links})
         _import(STATIC_ONLY, {"ldconfig": Path("/sbin/ldconfig").read_bytes()})
+        _load_foreign(ARM64, "arm64")
         yield
     finally:
         docker("image", "rm", "-f", *tags, check=False)
@@ -228,5 +261,29 @@ def test_bare_mpirun_in_an_open_mpi_image_without_sshd(me: User, images: None) -
     try:
         out = ok(me.troupe("session", "exec", name, "--", "mpirun", "-np", "3", "hostname"))
         assert sorted(out.split()) == ["main1", "sub1", "sub2"]
+    finally:
+        me.troupe("session", "destroy", name)
+
+
+def test_an_image_for_another_architecture_is_refused_clearly(
+    server: Server, me: User, images: None
+) -> None:
+    name = f"img-{uuid.uuid4().hex[:6]}"
+    r = me.troupe(
+        "session", "create", name, "--image", ARM64, "--cluster-size", "3",
+        "--cpu", "0.25", "--mem", "256m", "--ssh-key", "none", "--wait",
+    )  # fmt: skip
+    try:
+        text = (r.stdout + r.stderr).decode()
+        assert r.returncode != 0, text
+        assert f"image {ARM64} is built for linux/arm64" in text, text
+        assert "linux/amd64" in text, text
+        info = server.client().wait_session(name, until="final", timeout=60)
+        assert info.status == "ERROR", info
+        assert info.status_info.get("field") in (None, "image"), info.status_info
+        for kind in ("ps", "network"):  # nothing left
+            left = docker(kind, *(["-a"] if kind == "ps" else ["ls"]), "-q", "--filter",
+                          f"label=troupe.session={info.id}")  # fmt: skip
+            assert left.stdout == "", kind
     finally:
         me.troupe("session", "destroy", name)

@@ -94,3 +94,11 @@ def test_every_runner_script_goes_on_under_the_images_own_sh() -> None:
     line = 'if [ -x /bin/sh ] && ! [ "/proc/$$/exe" -ef /bin/sh ]; then exec /bin/sh "$0" "$@"; fi'
     for name in ("entrypoint.sh", "exec.sh", "cp.sh", "relay.sh"):
         assert line in (runner / name).read_text(), name
+
+
+def test_only_x86_64_linux_images_make_kernels() -> None:
+    assert runtime.platform_error("a", {"Os": "linux", "Architecture": "amd64"}) is None
+    assert runtime.platform_error("a", {}) is None  # (an engine that says nothing: as before)
+    why = runtime.platform_error("me/arm:1", {"Os": "linux", "Architecture": "arm64"})
+    assert why is not None
+    assert why.startswith("image me/arm:1 is built for linux/arm64; troupe runs linux/amd64")

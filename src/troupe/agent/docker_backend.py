@@ -249,9 +249,8 @@ class DockerAgent:
 
     # -- kernels ---------------------------------------------------------------
     async def create_kernels(self, specs: Sequence[KernelSpec]) -> list[KernelStarted]:
-        """Creates and starts all kernels in parallel; raises the first failure.
-
-        Every mount is checked first (:class:`Invalid` before anything is created: a folder id
+        """Creates and starts all kernels in parallel; raises the first failure. Every mount is
+        checked first (:class:`Invalid` before anything is created: a folder id
         that is not one, or a folder outside ``<data_root>/folders``). Rollback is the caller's:
         it removes everything labelled with the session.
         """
@@ -282,6 +281,7 @@ class DockerAgent:
         )
         try:
             with step(kernel=spec.hostname):
+                await runtime.check_platform(self.docker, spec.image)
                 container = await self.docker.containers.create(config, name=spec.container_name)
                 if spec.files and files is None:
                     await container.put_archive(  # type: ignore[no-untyped-call]

@@ -15,7 +15,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+import aiodocker
+from aiodocker.exceptions import DockerError
+
+from troupe.api.errors import Invalid
 
 log = logging.getLogger(__name__)
 
@@ -70,3 +77,30 @@ def command(cmd: list[str], runtime: str | None) -> list[str]:
 def bind(runtime: str | None) -> list[str]:
     """The engine's bind of ``runtime`` (none without one)."""
     return [f"{runtime}:{RUNTIME_MOUNT}:ro"] if runtime else []
+
+
+#: The platform of every kernel: the runtime's programs, and what the contract promises, are
+#: x86-64 Linux (an image for another one would start, its programs failing one by one).
+PLATFORM = "linux/amd64"
+
+
+def platform_error(image: str, info: Mapping[str, Any]) -> str | None:
+    """Why the image (the engine's inspection of it) cannot run as a kernel, or None."""
+    found = f"{info.get('Os') or 'linux'}/{info.get('Architecture') or 'amd64'}"
+    if found == PLATFORM:
+        return None
+    return (
+        f"image {image} is built for {found}; troupe runs {PLATFORM} (x86-64 Linux) kernels: "
+        f"use the image's {PLATFORM} variant"
+    )
+
+
+async def check_platform(docker: aiodocker.Docker, image: str) -> None:
+    """:class:`Invalid` (field ``image``) for an image of another platform. An image the
+    engine does not have is for the create itself to report."""
+    try:
+        info = await docker.images.inspect(image)
+    except DockerError:
+        return
+    if why := platform_error(image, info):
+        raise Invalid(why, field="image")
