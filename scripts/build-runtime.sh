@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the kernel runtime (docs/contract.md, "What troupe adds to an image"), offline, from
 # Debian packages already on this machine:
-#   - OpenSSH (sshd, ssh, scp, sftp, sftp-server, ssh-keygen) and util-linux's setpriv, taken
+#   - OpenSSH (sshd, ssh, scp, sftp, sftp-server, ssh-keygen), util-linux's setpriv and bash, taken
 #     from the debootstrap root filesystem of troupe/base (ROOTFS_TAR), with every shared
 #     library they load and glibc's own loader; they run through that loader
 #     (`ld-linux-x86-64.so.2 --library-path <runtime>/lib ...`), so they need nothing of the
@@ -25,7 +25,12 @@ BUSYBOX=${TROUPE_BUSYBOX:-/bin/busybox}
 PROGRAMS=(
   usr/sbin/sshd:sshd usr/bin/ssh:ssh usr/bin/scp:scp usr/bin/sftp:sftp
   usr/lib/openssh/sftp-server:sftp-server usr/bin/ssh-keygen:ssh-keygen usr/bin/setpriv:setpriv
+  usr/bin/bash:bash
 )
+# In libexec only, with no wrapper on PATH: bash runs the runner's readiness probe (ready.sh:
+# builtin /dev/tcp probes and timed reads, no process per probe) in images without bash; a
+# user's `bash` stays the image's (or none).
+NO_WRAPPER=" bash "
 # What each wrapper adds to the program's own arguments:
 #  sshd: -r, no re-execution (sshd would run libexec/sshd directly, without the loader);
 #  scp, sftp: the runtime's ssh (they run /usr/bin/ssh otherwise).
@@ -66,6 +71,7 @@ for p in "${PROGRAMS[@]}"; do
   "$loader" --library-path "$multiarch" --list "$src" \
     | awk '$2 == "=>" && $3 ~ /^\// {print $3}' \
     | while read -r lib; do cp -L "$lib" "$out/lib/$(basename "$lib")"; done
+  case $NO_WRAPPER in *" $name "*) continue ;; esac
   extra=${EXTRA[$name]:-}
   printf '#!%s/bin/sh\n# %s from Debian, through its own loader and libraries\nexec %s/lib/ld-linux-x86-64.so.2 --library-path %s/lib %s/libexec/%s %s"$@"\n' \
     "$MOUNT" "$name" "$MOUNT" "$MOUNT" "$MOUNT" "$name" "${extra:+$extra }" > "$out/bin/$name"
@@ -92,6 +98,7 @@ pkg_version() { awk -v p="$1" '$1=="Package:"{x=($2==p)} x && $1=="Version:"{pri
   echo "key $key"
   echo "openssh $(pkg_version openssh-server)"
   echo "util-linux $(pkg_version util-linux)"
+  echo "bash $(pkg_version bash)"
   echo "libc6 $(pkg_version libc6)"
   echo "busybox $bb_version"
   echo "bytes $(du -sb "$out" | cut -f1)"

@@ -256,6 +256,26 @@ def test_static_binary_without_a_shell(me: User, images: None) -> None:
         me.troupe("session", "destroy", name)
 
 
+def test_batch_command_without_a_shell_in_the_image(me: User, images: None) -> None:
+    """The startup command (``/bin/sh -c``) runs under the runtime's sh, with the environment
+    the other paths see, and its exit code is the session's."""
+    name = f"img-{uuid.uuid4().hex[:6]}"
+    r = me.troupe(
+        "session", "create", name, "--image", STATIC_ONLY, "--cluster-size", "3",
+        "--cpu", "0.25", "--mem", "256m", "--ssh-key", "none", "--type", "batch",
+        "--startup-command", "env; ssh sub2 hostname; /ldconfig --version; exit 3", "--wait",
+    )  # fmt: skip
+    try:
+        assert r.returncode == 3, (r.stdout + r.stderr).decode()
+        log = ok(me.troupe("session", "logs", name, "--container", "main1"))
+        assert "BACKENDAI_CLUSTER_HOST=main1" in log and "MASTER_ADDR=main1" in log, log
+        assert "PATH=" in log and ":/opt/troupe-runtime/bin" in log, log
+        assert any(x.strip().endswith("sub2") and "=" not in x for x in log.splitlines()), log
+        assert "ldconfig (" in log, log
+    finally:
+        me.troupe("session", "destroy", name)
+
+
 def test_bare_mpirun_in_an_open_mpi_image_without_sshd(me: User, images: None) -> None:
     name = session(me, MPI_NOSSH, "--ssh-key", "none")
     try:

@@ -61,7 +61,13 @@ for _troupe_h in ${BACKENDAI_CLUSTER_HOSTS:-}; do
   [ "$_troupe_h" = "${BACKENDAI_CLUSTER_HOST:-}" ] || _troupe_peers="$_troupe_peers $_troupe_h"
 done
 IFS=$_troupe_ifs
-"$_troupe_shell" "$_troupe_dir/ready.sh" "$_troupe_ready_timeout" $_troupe_peers >&2 &
+# (under bash: the image's, else the runtime's through its loader; else sh)
+if [ "$_troupe_shell" != /bin/bash ] && [ -n "$_troupe_rt" ] && [ -f "$_troupe_rt/libexec/bash" ]; then
+  "$_troupe_rt/lib/ld-linux-x86-64.so.2" --library-path "$_troupe_rt/lib" "$_troupe_rt/libexec/bash" \
+    "$_troupe_dir/ready.sh" "$_troupe_ready_timeout" $_troupe_peers >&2 &
+else
+  "$_troupe_shell" "$_troupe_dir/ready.sh" "$_troupe_ready_timeout" $_troupe_peers >&2 &
+fi
 
 # Whether file $1 has a line starting with "$2:" (no grep: one process less).
 _troupe_has() {
