@@ -11,6 +11,8 @@ bash scripts/setup.sh >/dev/null
 PY=.venv/bin/python
 echo "==> start-up and teardown (bench/ready.py)"
 $PY bench/ready.py "$@"
+echo "==> the kernel runtime's cost at start-up (bench/runtime.py)"
+$PY bench/runtime.py
 echo "==> CLI (bench/cli.py)"
 $PY bench/cli.py
 echo "==> API (bench/api.py)"

@@ -4,9 +4,12 @@
 #   troupe/pytorch:<version>  base + PyTorch CPU, numpy, JupyterLab, TensorBoard in /opt/venv
 #                             (wheels from pip's local config; its apps are declared as labels)
 #   troupe/mpi:<version>      base + Open MPI (Debian) + mpi4py and numpy in /opt/venv (same wheels)
+#   runtime                   not an image: the kernel runtime every kernel mounts (OpenSSH and
+#                             busybox, from the same root filesystem; scripts/build-runtime.sh)
 # Each image is labelled troupe.recipe=<hash of its recipe files>; an image whose label
-# matches is kept as it is. The debootstrap root filesystem is cached as a tarball.
-# Usage: build-images.sh [base|pytorch|mpi ...]   (default: all)
+# matches is kept as it is. The debootstrap root filesystem is cached as a tarball, and
+# imported as troupe/rootfs:<hash of its package list>, the FROM of troupe/base.
+# Usage: build-images.sh [base|pytorch|mpi|runtime ...]   (default: all)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/common.sh
@@ -96,12 +99,13 @@ build_wheel_image() {
   echo "    $tag built in $(elapsed "$t0")"
 }
 
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(base pytorch mpi)
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(base pytorch mpi runtime)
 for t in "${targets[@]}"; do
   case "$t" in
     base) build_base ;;
     pytorch) build_base; build_wheel_image pytorch "$PYTORCH_RECIPE" "installs PyTorch, JupyterLab and TensorBoard into /opt/venv" ;;
     mpi) build_base; build_wheel_image mpi "$MPI_RECIPE" "Open MPI with apt, mpi4py into /opt/venv" ;;
-    *) die "unknown image $t (known: base pytorch mpi)" ;;
+    runtime) "$ROOT/scripts/build-runtime.sh" "$(build_rootfs_tar)" "$ROOTFS_KEY" ;;
+    *) die "unknown image $t (known: base pytorch mpi runtime)" ;;
   esac
 done

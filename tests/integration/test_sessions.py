@@ -231,12 +231,13 @@ def test_killed_kernel_fails_session_with_its_name(server: Server) -> None:
 
 
 def test_failed_creation_leaves_nothing(server: Server) -> None:
-    """An image without /bin/sh cannot start: the session fails, nothing is left."""
-    image = "troupe-test/empty:1"
+    """An image whose /opt is a file cannot start (the runner cannot be mounted there): the
+    session fails, nothing is left. (An image without /bin/sh starts: the runtime's shell.)"""
+    image = "troupe-test/opt-is-a-file:1"
     import subprocess
 
     subprocess.run(
-        f"tar cf - -T /dev/null | /usr/bin/docker import - {image}",
+        f"cd $(mktemp -d) && : > opt && tar cf - opt | /usr/bin/docker import - {image}",
         shell=True,
         check=True,
         capture_output=True,
@@ -250,7 +251,7 @@ def test_failed_creation_leaves_nothing(server: Server) -> None:
         assert info.status_info["kernel"] in ("main1", "sub1", "sub2")
         reason = info.status_info["reason"]
         assert "creating kernels" in reason or "being prepared" in reason, info.status_info
-        assert "/bin/sh" in info.status_info.get("message", ""), info.status_info
+        assert "opt" in info.status_info.get("message", ""), info.status_info
         assert labelled("container", info.id) == [] and labelled("network", info.id) == []
         # the resources are free again
         agent = c.list_agents()[0]

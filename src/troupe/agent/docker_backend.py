@@ -26,7 +26,7 @@ from troupe.agent import exec as execs
 from troupe.agent import gpus as gpu_discovery
 from troupe.agent import logs as klogs
 from troupe.agent import metrics as kmetrics
-from troupe.agent import networks, ready
+from troupe.agent import networks, ready, runtime
 from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
 from troupe.agent.exec import PipeIO, ShellIO
@@ -165,8 +165,7 @@ class DockerAgent:
         if self._docker:
             await self._docker.close()
 
-    async def ping(self, timeout: float = 3.0) -> bool:
-        """Whether the engine answers (an agent whose engine is gone stops heartbeating)."""
+    async def ping(self, timeout: float = 3.0) -> bool:  # (a gone engine: no heartbeats)
         try:
             async with asyncio.timeout(timeout):
                 await self.docker.version()
@@ -250,9 +249,8 @@ class DockerAgent:
 
     # -- kernels ---------------------------------------------------------------
     async def create_kernels(self, specs: Sequence[KernelSpec]) -> list[KernelStarted]:
-        """Creates and starts all kernels in parallel; raises the first failure.
-
-        Every mount is checked first (:class:`Invalid` before anything is created: a folder id
+        """Creates and starts all kernels in parallel; raises the first failure. Every mount is
+        checked first (:class:`Invalid` before anything is created: a folder id
         that is not one, or a folder outside ``<data_root>/folders``). Rollback is the caller's:
         it removes everything labelled with the session.
         """
@@ -279,9 +277,11 @@ class DockerAgent:
             self.limits,
             str(files.tar) if files else None,
             str(files.events) if files and files.events else None,
+            runtime.host_dir(),
         )
         try:
             with step(kernel=spec.hostname):
+                await runtime.check_platform(self.docker, spec.image)
                 container = await self.docker.containers.create(config, name=spec.container_name)
                 if spec.files and files is None:
                     await container.put_archive(  # type: ignore[no-untyped-call]

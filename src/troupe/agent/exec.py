@@ -17,18 +17,25 @@ import aiodocker
 from aiodocker.execs import Exec
 from aiodocker.stream import Stream
 
+from troupe.agent import runtime
 from troupe.agent.engine import on_container, step
 from troupe.agent.kernel import RUNNER_MOUNT
 from troupe.agent.ownership import check_user
 from troupe.api.errors import TroupeError
 from troupe.api.exec import ExecExit, ExecItem, ExecOutput
 
-#: A login shell with a TTY: bash if the image has it, else sh.
+#: A login shell with a TTY: bash if the image has it, else sh (exec.sh runs the command's
+#: /bin/sh under the runtime's where the image has none).
 LOGIN_SHELL = [
     "/bin/sh",
     "-c",
-    "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh -l; fi",
+    "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec sh -l; fi",
 ]
+
+
+def _exec_sh(command: list[str]) -> list[str]:
+    """``command`` through the runner's exec.sh (the kernel's environment)."""
+    return [runtime.shell(runtime.host_dir()), f"{RUNNER_MOUNT}/exec.sh", *command]
 
 
 def _workdir(user: str) -> str:
@@ -43,7 +50,7 @@ async def open_exec(
     check_user(user)
     with on_container(container_id):
         ex = await docker.containers.container(container_id).exec(
-            ["/bin/sh", f"{RUNNER_MOUNT}/exec.sh", *command], user=user, workdir=_workdir(user)
+            _exec_sh(command), user=user, workdir=_workdir(user)
         )
     return _run(ex, container_id)
 
@@ -141,7 +148,11 @@ async def open_pipe(
     check_user(user)
     with on_container(container_id):
         ex = await docker.containers.container(container_id).exec(
-            command, stdin=True, tty=False, user=user, workdir=_workdir(user)
+            runtime.command(command, runtime.host_dir()),
+            stdin=True,
+            tty=False,
+            user=user,
+            workdir=_workdir(user),
         )
         async with ex.start(detach=False) as stream:
             yield PipeIO(ex, stream)
@@ -155,7 +166,7 @@ async def open_shell(
     check_user(user)
     with on_container(container_id):
         ex = await docker.containers.container(container_id).exec(
-            ["/bin/sh", f"{RUNNER_MOUNT}/exec.sh", *LOGIN_SHELL],
+            _exec_sh(LOGIN_SHELL),
             stdin=True,
             tty=True,
             user=user,

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from troupe.agent import runtime as kruntime
 from troupe.api import defaults
 from troupe.api.agent import (
     LABEL_GPUS,
@@ -112,13 +113,17 @@ def container_config(
     limits: KernelLimits | None = None,
     files_tar: str | None = None,
     events_fifo: str | None = None,
+    runtime: str | None = None,
 ) -> dict[str, Any]:
     """``files_tar``: the host path of the kernel's files archive, mounted at FILES_MOUNT. The
     engine's own archive upload costs more (at 8 kernels on 2 cores, a third of a second of the
     start): it mounts the container's file system and runs a helper process to unpack.
     ``events_fifo``: the host path of the kernel's readiness FIFO, mounted at EVENTS_MOUNT
-    (read-only: the mount; a FIFO's data is written all the same)."""
-    binds = [f"{runner_dir}:{RUNNER_MOUNT}:ro"]
+    (read-only: the mount; a FIFO's data is written all the same). ``runtime``: the host path
+    of the kernel runtime (:mod:`troupe.agent.runtime`), mounted read-only; with it the
+    entrypoint starts under the runtime's shell (any image, even one without ``/bin/sh``) and
+    as root (an image's ``USER`` is not the kernel's user: the entrypoint drops to ``work``)."""
+    binds = [f"{runner_dir}:{RUNNER_MOUNT}:ro", *kruntime.bind(runtime)]
     if files_tar is not None:
         binds.append(f"{files_tar}:{FILES_MOUNT}:ro")
     if events_fifo is not None:
@@ -131,9 +136,10 @@ def container_config(
         "Image": spec.image,
         "Hostname": spec.hostname,
         "Env": [f"{k}={v}" for k, v in spec.env.items()],
-        # Through /bin/sh so the runner files need no exec bit and any image with sh works.
-        "Entrypoint": ["/bin/sh", f"{RUNNER_MOUNT}/entrypoint.sh"],
+        # Through a shell so the runner files need no exec bit.
+        "Entrypoint": [kruntime.shell(runtime), f"{RUNNER_MOUNT}/entrypoint.sh"],
         "Cmd": spec.command,
+        **({"User": "0:0"} if runtime else {}),
         "Labels": {
             LABEL_SESSION: spec.session_id,
             LABEL_KERNEL: spec.kernel_id,

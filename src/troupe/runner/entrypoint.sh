@@ -1,11 +1,12 @@
 #!/bin/sh
 # troupe kernel entrypoint (POSIX sh: dash, busybox sh, bash). Mounted read-only from the agent
-# at /opt/troupe, run as root under Docker's init. It prepares what every kernel of a cluster
+# at /opt/troupe, run as root under Docker's init; the runtime (OpenSSH, setpriv, busybox) is
+# at /opt/troupe-runtime where the agent has one (src/troupe/agent/runtime.py). It prepares what every kernel of a cluster
 # session shares, then runs the command (batch main1) or idles, as user `work`:
 #   1. distributed-training variables (setup_dist_environ.sh, if present);
 #   2. user `work` with the session's uid/gid (its home and SSH files, owned and with their
 #      modes, come with the kernel's files: step 0);
-#   3. sshd on port 2200 with the session's host key (if the image has sshd);
+#   3. sshd on port 2200 with the session's host key (the runtime's, else the image's);
 #   4. the environment files that make the same variables visible to `exec` (exec.sh),
 #      login shells (/etc/profile.d) and SSH commands (~/.ssh/environment);
 #   5. "troupe: started" on the kernel's output; ready.sh, started in the background at the
@@ -15,7 +16,17 @@
 # may have a small share of a core): shell builtins wherever they do, few processes.
 # Settings come from /home/config/kernel.conf, put into the container by the agent.
 set -u
+# The agent starts this with its runtime's busybox sh (/opt/troupe-runtime, any image): go on
+# under the image's own /bin/sh where there is one, so that commands are the image's programs
+# (busybox's sh runs its own applets in their place).
+if [ -x /bin/sh ] && ! [ "/proc/$$/exe" -ef /bin/sh ]; then exec /bin/sh "$0" "$@"; fi
 _troupe_dir=${0%/*}
+# The runtime (OpenSSH, setpriv, busybox's tools), last on PATH: the image's programs win.
+_troupe_rt=/opt/troupe-runtime
+[ -x "$_troupe_rt/bin/sh" ] || _troupe_rt=""
+if [ -n "$_troupe_rt" ]; then
+  export PATH="${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}:$_troupe_rt/bin"
+fi
 _troupe_conf=/home/config
 _troupe_run=/run/troupe
 _troupe_uid=1000
@@ -35,7 +46,10 @@ if [ -f /opt/troupe-files.tar ] && [ "$_troupe_root" = 1 ]; then
 fi
 if [ -f "$_troupe_conf/kernel.conf" ]; then . "$_troupe_conf/kernel.conf"; fi
 [ -d "$_troupe_run" ] || mkdir -p "$_troupe_run"
-_troupe_shell=/bin/sh
+# sh: the image's, else the runtime's; the login shell (and ready.sh's): bash where there is one
+_troupe_sh=/bin/sh
+if [ ! -x /bin/sh ] && [ -n "$_troupe_rt" ]; then _troupe_sh="$_troupe_rt/bin/sh"; fi
+_troupe_shell=$_troupe_sh
 if [ -x /bin/bash ]; then _troupe_shell=/bin/bash; fi
 
 # 0b. Readiness, in the background from here on: ready.sh probes the peers while this script
@@ -47,7 +61,13 @@ for _troupe_h in ${BACKENDAI_CLUSTER_HOSTS:-}; do
   [ "$_troupe_h" = "${BACKENDAI_CLUSTER_HOST:-}" ] || _troupe_peers="$_troupe_peers $_troupe_h"
 done
 IFS=$_troupe_ifs
-"$_troupe_shell" "$_troupe_dir/ready.sh" "$_troupe_ready_timeout" $_troupe_peers >&2 &
+# (under bash: the image's, else the runtime's through its loader; else sh)
+if [ "$_troupe_shell" != /bin/bash ] && [ -n "$_troupe_rt" ] && [ -f "$_troupe_rt/libexec/bash" ]; then
+  "$_troupe_rt/lib/ld-linux-x86-64.so.2" --library-path "$_troupe_rt/lib" "$_troupe_rt/libexec/bash" \
+    "$_troupe_dir/ready.sh" "$_troupe_ready_timeout" $_troupe_peers >&2 &
+else
+  "$_troupe_shell" "$_troupe_dir/ready.sh" "$_troupe_ready_timeout" $_troupe_peers >&2 &
+fi
 
 # Whether file $1 has a line starting with "$2:" (no grep: one process less).
 _troupe_has() {
@@ -86,7 +106,15 @@ if [ "${BACKENDAI_CLUSTER_SIZE:-1}" != 1 ] && [ "$_troupe_nifs" -gt 1 ] \
 fi
 
 # 2. User work (appended like useradd -o would, without its locking and helpers).
+#    An image with no /etc/passwd (or no root in it) gets root too: the engine's `exec -u root`
+#    looks the name up; and sshd's privilege separation user where the runtime's sshd runs.
 if [ "$_troupe_root" = 1 ]; then
+  _troupe_has /etc/passwd root || echo "root:x:0:0:root:/root:$_troupe_sh" >> /etc/passwd
+  _troupe_has /etc/group root || echo "root:x:0:" >> /etc/group
+  if [ -n "$_troupe_rt" ] && ! _troupe_has /etc/passwd sshd; then
+    echo "sshd:x:74:65534::/run/sshd:/nonexistent" >> /etc/passwd
+  fi
+  [ -d /tmp ] || mkdir -m 1777 /tmp # (a scratch image may have none)
   _troupe_has /etc/group work || echo "work:x:$_troupe_gid:" >> /etc/group
   if ! _troupe_has /etc/passwd work; then
     echo "work:x:$_troupe_uid:$_troupe_gid::/home/work:$_troupe_shell" >> /etc/passwd
@@ -96,11 +124,16 @@ if [ "$_troupe_root" = 1 ]; then
   for _troupe_d in $_troupe_chown; do chown "$_troupe_uid:$_troupe_gid" "$_troupe_d"; done
 fi
 
-# 3. SSH (the host key is in /etc/ssh, the user's files in ~/.ssh already).
+# 3. SSH (the host key is in /etc/ssh, the user's files in ~/.ssh already): the runtime's sshd
+#    where there is a runtime (a known version for the config; the image's is not needed),
+#    else the image's.
+_troupe_sshd=/usr/sbin/sshd
+if [ -n "$_troupe_rt" ]; then _troupe_sshd="$_troupe_rt/bin/sshd"; fi
 if [ -f "$_troupe_conf/ssh/sshd_config" ] && [ "$_troupe_root" = 1 ]; then
-  if [ -x /usr/sbin/sshd ]; then
+  if [ -x "$_troupe_sshd" ]; then
     [ -d /run/sshd ] || mkdir -p /run/sshd
-    if /usr/sbin/sshd -f "$_troupe_conf/ssh/sshd_config" -E /var/log/troupe-sshd.log; then
+    [ -d /var/log ] || mkdir -p /var/log
+    if "$_troupe_sshd" -f "$_troupe_conf/ssh/sshd_config" -E /var/log/troupe-sshd.log; then
       : > "$_troupe_run/sshd"
     else
       echo "troupe: warning: sshd did not start (see /var/log/troupe-sshd.log); SSH is unavailable" >&2
@@ -155,10 +188,14 @@ fi
 if [ "$_troupe_wait_go" = 1 ]; then
   while [ ! -e "$_troupe_run/go" ]; do sleep 0.05 2>/dev/null || sleep 1; done
 fi
-if [ $# -eq 0 ]; then set -- /bin/sh -c 'while :; do sleep 86400; done'; fi
+if [ $# -eq 0 ]; then set -- "$_troupe_sh" -c 'while :; do sleep 86400; done'; fi
+# (a command `/bin/sh -c ...` in an image without /bin/sh: the runtime's sh)
+if [ "$1" = /bin/sh ] && [ "$_troupe_sh" != /bin/sh ]; then shift; set -- "$_troupe_sh" "$@"; fi
 cd /home/work 2>/dev/null || cd /
-if [ "$_troupe_root" = 1 ] && command -v setpriv >/dev/null 2>&1; then
+_troupe_setpriv=setpriv
+if [ -n "$_troupe_rt" ]; then _troupe_setpriv="$_troupe_rt/bin/setpriv"; fi
+if [ "$_troupe_root" = 1 ] && command -v "$_troupe_setpriv" >/dev/null 2>&1; then
   export HOME=/home/work USER=work LOGNAME=work
-  exec setpriv --reuid="$_troupe_uid" --regid="$_troupe_gid" --init-groups "$@"
+  exec "$_troupe_setpriv" --reuid="$_troupe_uid" --regid="$_troupe_gid" --init-groups "$@"
 fi
 exec "$@"

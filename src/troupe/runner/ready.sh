@@ -46,6 +46,11 @@ try:
     socket.create_connection((sys.argv[1], int(sys.argv[2])), 2).close()
 except ConnectionRefusedError:
     pass" "$1" "$PROBE_PORT" 2>/dev/null
+  elif command -v nc >/dev/null 2>&1; then # (busybox's: the runtime's, on PATH)
+    nc -w 2 "$1" "$PROBE_PORT" < /dev/null > /dev/null 2> "$_err" && return 0
+    read -r _line < "$_err" || return 1
+    case $_line in *"Connection refused"*) return 0 ;; esac
+    return 1
   else
     getent hosts "$1" >/dev/null 2>&1
   fi

@@ -4,7 +4,12 @@
 # notebooks bound to localhost, whatever network the kernel is on).
 # With python3: the end of stdin half-closes the connection (the program on PORT reads EOF and
 # may still answer), and the relay ends when the program closes its side. Without python3,
-# bash's /dev/tcp: the end of stdin closes the whole connection. Neither: exit 127.
+# bash's /dev/tcp: the end of stdin closes the whole connection; else nc (the runtime's busybox
+# has it). None: exit 127.
+# Started by the runtime's busybox sh: the image's own /bin/sh where there is one (entrypoint.sh).
+if [ -x /bin/sh ] && ! [ "/proc/$$/exe" -ef /bin/sh ]; then exec /bin/sh "$0" "$@"; fi
+# the runtime's tools (tar, nc, ...) where the image has none
+PATH=${PATH:-/usr/local/bin:/usr/bin:/bin}:/opt/troupe-runtime/bin
 port=${1-}
 case $port in
   '' | *[!0123456789]*) echo "relay.sh: usage: relay.sh PORT" >&2; exit 2 ;;
@@ -44,5 +49,7 @@ exec 3<>"/dev/tcp/127.0.0.1/$1" 4<&0 || exit 1
 { cat <&4 >&3; kill "$$"; } 2>/dev/null &
 exec cat <&3' relay "$port"
 fi
-echo "relay.sh: this image has neither python3 nor bash: no tunnel into it" >&2
+# The runtime's busybox nc: the whole connection ends with stdin.
+if command -v nc >/dev/null 2>&1; then exec nc 127.0.0.1 "$port"; fi
+echo "relay.sh: this image has neither python3 nor bash nor nc: no tunnel into it" >&2
 exit 127
