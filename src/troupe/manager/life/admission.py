@@ -219,6 +219,7 @@ def new_session(
         ssh_private_key=key.private_openssh,
         ssh_public_key=key.public_openssh,
         user_ssh_key=req.ssh_key,
+        request=req.model_dump(mode="json"),
     )
     s.created_at = now = utcnow()
     begin(s, SessionStatus.PENDING, changes, now)

@@ -194,6 +194,10 @@ class Session(Base):
     ssh_public_key: Mapped[str] = mapped_column(Text)
     #: The user's own public key (``--ssh-key``), added to main1's authorized_keys only.
     user_ssh_key: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: The create request as validated (``SessionCreate``'s JSON), what ``GET
+    #: /v1/sessions/{ref}/spec`` gives back; None for sessions stored before it was kept.
+    #: Deferred: lists and look-ups never need it.
+    request: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, deferred=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column()
