@@ -14,6 +14,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
+from troupe.api import specfile
 from troupe.api.models import SessionCreate
 from troupe.client.cli import session_file, sessions
 
@@ -144,7 +145,10 @@ def test_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
         ("- a\n- b\n", "{f}: a session file is a mapping of the create request's fields, not a"),
         ("", "{f}: a session file is a mapping of the create request's fields, not empty"),
         ("name: [x\n", "{f}: line 2: not valid YAML"),
-        ("name: a\nname: b\nimage: troupe/base:0.1.0\n", "{f}: line 2: not valid YAML: key 'name'"),
+        (
+            "name: a\nname: b\nimage: troupe/base:0.1.0\n",
+            "{f}: line 2: not valid YAML: key 'name' is given twice",
+        ),
         ("name: s\nimage: troupe/base:0.1.0\ncolour: red\n", "{f}: colour: Extra inputs are not"),
         ("name: s\nimage: troupe/base:0.1.0\nresources: {cpux: 1}\n", "{f}: resources.cpux:"),
         (
@@ -194,7 +198,7 @@ def test_a_missing_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
 
 def test_dump_round_trips_and_points_at_the_schema() -> None:
     req = SessionCreate.model_validate(yaml.safe_load(FULL))
-    text = session_file.dump(req, "http://127.0.0.1:8090/")
+    text = specfile.dump(req, "http://127.0.0.1:8090/")
     head = "# yaml-language-server: $schema=http://127.0.0.1:8090/v1/schemas/session.json\n"
     assert text.startswith(head)
     assert SessionCreate.model_validate(yaml.safe_load(text)) == req

@@ -19,13 +19,9 @@ import typer
 from troupe.client.cli.output import client, fail
 
 if TYPE_CHECKING:
-    import yaml
     from pydantic import ValidationError
 
     from troupe.api.models import SessionCreate
-
-#: Where the server serves the file's JSON Schema (editors are pointed at it).
-SCHEMA_PATH = "/v1/schemas/session.json"
 
 FileOpt = typer.Option(
     "--file",
@@ -36,49 +32,19 @@ FileOpt = typer.Option(
 )
 
 
-def _loader() -> type[yaml.SafeLoader]:
-    """A safe loader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = loader.construct_object(key_node)
-            if key in seen:
-                mark = key_node.start_mark
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice (line {mark.line + 1})", mark
-                )
-            seen.add(key)
-        return loader.construct_mapping(node)
-
-    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
-    return Loader
-
-
 def load(path: str) -> dict[str, Any]:
     """The mapping in the file at ``path`` (``-``: standard input); one-line errors that name
     the file (and the line) for a file that cannot be read, is no YAML, or no mapping."""
-    import yaml
+    from troupe.api.specfile import SpecFileError, parse
 
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         fail(f"{path}: cannot read the session file: {getattr(e, 'strerror', None) or e}", 2)
     try:
-        data = yaml.load(text, Loader=_loader())  # a SafeLoader
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        what = getattr(e, "problem", None) or str(e)
-        fail(f"{path}: {where}not valid YAML: {' '.join(str(what).split())}", 2)
-    if not isinstance(data, dict):
-        kind = "empty" if data is None else f"a {type(data).__name__}"
-        fail(f"{path}: a session file is a mapping of the create request's fields, not {kind}", 2)
-    return data
+        return parse(text)
+    except SpecFileError as e:
+        fail(f"{path}: {e}", 2)
 
 
 def merged(from_file: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
@@ -152,19 +118,10 @@ def request(
         fail(_error(e, path, flags), 2)
 
 
-def dump(req: SessionCreate, url: str) -> str:
-    """``req`` as a session file: the values that differ from the defaults, in the model's
-    order, under a comment that points editors at the server's schema."""
-    import yaml
-
-    data = req.model_dump(mode="json", exclude_defaults=True)
-    head = f"# yaml-language-server: $schema={url.rstrip('/')}{SCHEMA_PATH}\n"
-    body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
-    return head + body
-
-
 def spec(name: str) -> None:
     """Print the session file that recreates session ``name``."""
+    from troupe.api.specfile import dump
+
     with client() as c:
         req = c.session_spec(name)
         sys.stdout.write(dump(req, c.url))

@@ -21,9 +21,6 @@ from troupe.manager.store.models import Session
 
 router = APIRouter()
 
-#: Where the schema is served (``$id`` of the document, the path editors are pointed at).
-SCHEMA_PATH = "/v1/schemas/session.json"
-
 
 def session_schema() -> dict[str, Any]:
     """:class:`SessionCreate`'s JSON Schema (what a create accepts), titled for a file."""
