@@ -71,7 +71,7 @@ def test_role_rows_totals_and_download(web: Web) -> None:
     spec = yaml.safe_load(text)
     assert spec["name"] == "webroles" and spec["image"] == BASE_IMAGE
     assert spec["roles"] == [
-        {"name": "worker", "replicas": 2, "resources": {"cpu": 0.25, "mem": 128 * 2**20}},
+        {"name": "worker", "replicas": 2, "resources": {"cpu": 0.25, "mem": "128m"}},
         {"name": "ps"},
     ]
     dialog.get_by_role("button", name="Remove").last.click()

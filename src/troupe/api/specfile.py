@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from troupe.api.values import format_size
+
 if TYPE_CHECKING:
     from troupe.api.models import SessionCreate
 
@@ -60,10 +62,22 @@ def parse(text: str) -> dict[str, Any]:
     return data
 
 
+def _sizes(value: Any) -> Any:
+    """``value`` with every ``mem`` (bytes) written as a size (``256m``), as people write it."""
+    if isinstance(value, list):
+        return [_sizes(v) for v in value]
+    if isinstance(value, dict):
+        return {
+            k: format_size(v) if k == "mem" and isinstance(v, int) else _sizes(v)
+            for k, v in value.items()
+        }
+    return value
+
+
 def dump(req: SessionCreate, url: str) -> str:
     """``req`` as a session file: the values that differ from the defaults, in the model's
     order, under a comment pointing editors at the schema served at ``url``."""
-    data = req.model_dump(mode="json", exclude_defaults=True)
+    data = _sizes(req.model_dump(mode="json", exclude_defaults=True))
     head = f"# yaml-language-server: $schema={url.rstrip('/')}{SCHEMA_PATH}\n"
     body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
     return head + body
