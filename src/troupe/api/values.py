@@ -89,7 +89,8 @@ def image_reference_error(ref: str) -> str | None:
     return None
 
 
-Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
+#: Bytes; given as a number or a size string (the schema says both, so editors accept ``2g``).
+Size = Annotated[int, BeforeValidator(parse_size, json_schema_input_type=int | str), Field(gt=0)]
 
 
 def check_image(image: str) -> str:

@@ -210,6 +210,12 @@ class Client(EventReads):
 
         return _one(SessionInfo, self._req("GET", session_path(ref)))
 
+    def session_spec(self, ref: str) -> SessionCreate:
+        """The create request that recreates the session (``troupe session spec``)."""
+        from troupe.api.models import SessionCreate
+
+        return _one(SessionCreate, self._req("GET", session_path(ref, "spec")))
+
     def session_ssh(self, ref: str) -> SessionSSH:
         """main1's pinned host key and the user's key of the session (for OpenSSH)."""
         from troupe.api.models import SessionSSH

@@ -39,6 +39,7 @@ from troupe.manager.routes import (
     reach,
     session_times,
     sessions,
+    specs,
     users,
 )
 from troupe.manager.store.db import make_engine, migrate
@@ -122,6 +123,7 @@ def create_app(
     app.add_middleware(prometheus.Latency)
     routers = (
         sessions,
+        specs,
         session_times,
         reach,
         apps,

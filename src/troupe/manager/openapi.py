@@ -36,6 +36,7 @@ BY_DEPENDENCY: dict[Callable[..., Any], set[int]] = {
 EXTRA: dict[str, set[int]] = {
     "GET /v1/sessions": {404},  # ``before`` names no session of the caller
     "POST /v1/sessions": {403, 507},  # quotas, resource groups; the data disk nearly full
+    "GET /v1/sessions/{ref}/spec": {409},  # created before specs were kept
     "GET /v1/sessions/{ref}/logs": {502},  # the kernel's agent
     "POST /v1/sessions/{ref}/exec": {409, 502},  # not RUNNING; the kernel's agent
     "GET /v1/sessions/{ref}/apps": {409, 502},  # not RUNNING; main1's agent

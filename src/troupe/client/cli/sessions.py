@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from troupe.client.cli import apps, events, limit_options, reach, session_exec, top
+from troupe.client.cli import apps, events, limit_options, reach, session_exec, session_file, top
 from troupe.client.cli import policy_options as policy
 from troupe.client.cli.choices import (
     CREATE_DEFAULTS,
@@ -58,14 +58,16 @@ def _value(choice: StrEnum | None) -> str | None:
 @app.command()
 def create(
     name: Annotated[
-        str, typer.Argument(help="session name (letters, digits, _ . -)", show_default=False)
-    ],
+        str | None,
+        typer.Argument(help="session name (letters, digits, _ . -)", show_default=False),
+    ] = None,
     image: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--image", "-i", help="kernel image, e.g. troupe/base:0.1.0", show_default=False
         ),
-    ],
+    ] = None,
+    file: Annotated[str | None, session_file.FileOpt] = None,
     cluster_size: Annotated[
         int | None,
         typer.Option(
@@ -188,11 +190,11 @@ def create(
     timeout: Annotated[float, typer.Option(min=0.1, help="seconds to wait with --wait")] = 300.0,
     json_: JsonOpt = False,
 ) -> None:
-    """Create a session; with --wait, follow it until it runs (batch: until it ends)."""
+    """Create a session (from flags, a session file -f, or both); with --wait, follow it."""
     from pydantic import ValidationError
     from rich.text import Text
 
-    from troupe.api.models import Mount, SessionCreate, SessionStatus
+    from troupe.api.models import Mount, SessionStatus
     from troupe.api.models import SessionType as Type
     from troupe.client.cli.status_text import report_failure, validation_message
 
@@ -237,16 +239,10 @@ def create(
         "max_pending_seconds": max_pending_seconds,
         "roles": roles,
     }
-    data.update({k: v for k, v in optional.items() if v not in (None, {}, [])})
+    data = {k: v for k, v in {**data, **optional}.items() if v not in (None, {}, [])}
     data.update(limit_options.given(time_limit, stop_grace, idle_timeout))
     data.update(policy.policy_fields(max_restarts, no_restart_exit_codes, success))
-    key_file = reach.ssh_key_file(ssh_key)
-    if key_file is not None:
-        data["ssh_key"] = reach.read_public_key(key_file)
-    try:
-        req = SessionCreate.model_validate(data)
-    except ValidationError as e:
-        fail(validation_message(e), 2)
+    req, key_file = session_file.request(file, data, ssh_key)
 
     with client() as c:
         info = c.create_session(req)
@@ -373,6 +369,12 @@ def info(name: NameArg, json_: JsonOpt = False) -> None:
 
 def _kernel_resources(r: Resources) -> str:
     return f"cpu {r.cpu:g}, mem {format_size(r.mem)}, gpu {r.gpu}"
+
+
+@app.command()
+def spec(name: NameArg) -> None:
+    """Print the session file (YAML) that recreates a session: create -f FILE."""
+    session_file.spec(name)
 
 
 @app.command()

@@ -234,6 +234,7 @@ def new_session(
         max_restarts=req.max_restarts,
         no_restart_exit_codes=req.no_restart_exit_codes,
         success_policy=req.success_policy or SuccessPolicy.MAIN,
+        request=req.model_dump(mode="json"),
     )
     s.created_at = now = utcnow()
     begin(s, SessionStatus.PENDING, changes, now, reason="created", actor=actor_of(owner))

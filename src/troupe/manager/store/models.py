@@ -196,6 +196,10 @@ class Session(Base):
     ssh_public_key: Mapped[str] = mapped_column(Text)
     #: The user's own public key (``--ssh-key``), added to main1's authorized_keys only.
     user_ssh_key: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: The create request as validated (``SessionCreate``'s JSON), what ``GET
+    #: /v1/sessions/{ref}/spec`` gives back; None for sessions stored before it was kept.
+    #: Deferred: lists and look-ups never need it.
+    request: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, deferred=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     #: restart rules (docs/policies.md): how often the whole session may restart after a
     #: kernel's failure, the exit codes that end it at once, and when a batch succeeds

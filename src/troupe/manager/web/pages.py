@@ -41,7 +41,7 @@ from troupe.manager.reads.sessions import (
 from troupe.manager.reads.wire import as_infos
 from troupe.manager.store.models import User
 from troupe.manager.streams import SlotResponse
-from troupe.manager.web import signin, views
+from troupe.manager.web import signin, specs, views
 
 HERE = Path(__file__).parent
 STATIC = "/static"
@@ -311,6 +311,7 @@ def install(app: FastAPI) -> None:
     """Mounts the UI at ``/``, its files at ``/static`` and Swagger UI at ``/docs``."""
     app.mount(STATIC, StaticFiles(directory=HERE / "static"), name="static")
     app.include_router(router)
+    app.include_router(specs.router)
 
     @app.get("/docs", include_in_schema=False)
     async def docs(request: Request) -> HTMLResponse:

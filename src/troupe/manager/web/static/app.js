@@ -34,8 +34,8 @@ const troupe = (() => {
     clearErrors(form);
     const field = err.field || "";
     let slot = form.querySelector(`[data-error="${CSS.escape(field)}"]`);
-    if (!slot && field.includes(".")) {
-      slot = form.querySelector(`[data-error="${CSS.escape(field.split(".")[0])}"]`);
+    if (!slot && /[.[]/.test(field)) {  // resources.cpu -> resources, roles[1].name -> roles
+      slot = form.querySelector(`[data-error="${CSS.escape(field.split(/[.[]/)[0])}"]`);
     }
     slot = slot || form.querySelector('[data-error=""]');
     if (!slot) { toast(err.message); return; }

@@ -34,6 +34,7 @@
         if (names.length) {
           const sel = $("#f-image"), keep = sel.value;
           sel.replaceChildren(...names.map((n) => new Option(n, n, false, n === keep)));
+          document.getElementById("image-list").replaceChildren(...names.map((n) => new Option(n)));
         }
         imagesLoaded = true;
       } catch (e) { /* the default image stays */ }
@@ -49,10 +50,42 @@
     $("#env-rows").append(row);
     $("#env-rows").lastElementChild.querySelector("input").focus();
   });
+  function addRole(role) {
+    const row = document.getElementById("role-row").content.cloneNode(true).firstElementChild;
+    const r = role || {}, res = r.resources || {};
+    const set = (name, v) => { if (v !== undefined && v !== null) row.querySelector(`[name="role-${name}"]`).value = v; };
+    set("name", r.name); set("replicas", r.replicas); set("image", r.image);
+    set("cpu", res.cpu); set("mem", res.mem === undefined ? undefined : sizeText(res.mem)); set("gpu", res.gpu);
+    const {name, replicas, image, resources, ...rest} = r;  // environ, startup_command: kept as loaded
+    row.dataset.extra = JSON.stringify(rest);
+    $("#role-rows").append(row);
+    return row;
+  }
+  $("#add-role").addEventListener("click", () => {
+    addRole().querySelector("input").focus();
+    update();
+  });
   form.addEventListener("click", (ev) => {
     const b = ev.target.closest("[data-remove-env]");
     if (b) b.closest(".env-row").remove();
+    const r = ev.target.closest("[data-remove-role]");
+    if (r) { r.closest(".role-row").remove(); update(); }
   });
+
+  // The rows as the API's roles: an empty cell is left out (the session's value).
+  function roles() {
+    return [...form.querySelectorAll(".role-row")].map((row) => {
+      const v = (name) => row.querySelector(`[name="role-${name}"]`).value.trim();
+      const role = {...JSON.parse(row.dataset.extra || "{}"), name: v("name"), replicas: Number(v("replicas") || 1)};
+      if (v("image")) role.image = v("image");
+      const res = {};
+      if (v("cpu")) res.cpu = Number(v("cpu"));
+      if (v("mem")) res.mem = v("mem");
+      if (v("gpu")) res.gpu = Number(v("gpu"));
+      if (Object.keys(res).length) role.resources = res;
+      return role;
+    });
+  }
 
   const SIZE = /^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$/i;
   const UNITS = {"": 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3, t: 1024 ** 4};
@@ -66,17 +99,42 @@
     }
     return `${n} B`;
   }
+  function sizeText(n) {  // bytes as the form shows them: 512m, 2g
+    if (typeof n !== "number") return n;
+    for (const [u, f] of [["t", 1024 ** 4], ["g", 1024 ** 3], ["m", 1024 ** 2], ["k", 1024]]) {
+      if (n >= f && n % f === 0) return `${n / f}${u}`;
+    }
+    return String(n);
+  }
   const num = (x) => +(+x).toFixed(3);
   const mode = () => form.querySelector('input[name="cluster_mode"]:checked').value;
 
   let fitTimer = null;
   function update() {
-    const n = parseInt($("#f-size").value, 10) || 0, cpu = parseFloat($("#f-cpu").value) || 0;
+    let n = parseInt($("#f-size").value, 10) || 0;
+    const cpu = parseFloat($("#f-cpu").value) || 0;
     const mem = bytes($("#f-mem").value), gpu = parseInt($("#f-gpu").value, 10) || 0;
-    const parts = [`${n} × ${num(cpu)} CPU = ${num(n * cpu)} CPU`];
-    if (!isNaN(mem)) parts.push(`${n} × ${human(mem)} = ${human(n * mem)}`);
-    if (gpu) parts.push(`${n} × ${gpu} GPU = ${n * gpu} GPU`);
-    $("#total").textContent = parts.join("; ");
+    const rs = roles();
+    $("#f-size").disabled = rs.length > 0;
+    if (rs.length) {
+      // main1 with the top-level values unless a role named main gives its own
+      const all = rs.some((r) => r.name === "main") ? rs : [{name: "main", replicas: 1}, ...rs];
+      const of = (r) => ({k: Math.max(0, r.replicas || 0), c: (r.resources || {}).cpu ?? cpu,
+        m: (r.resources || {}).mem !== undefined ? bytes(r.resources.mem) : mem, g: (r.resources || {}).gpu ?? gpu});
+      const t = all.map(of).reduce((a, x) => ({k: a.k + x.k, c: a.c + x.k * x.c, m: a.m + x.k * x.m, g: a.g + x.k * x.g}), {k: 0, c: 0, m: 0, g: 0});
+      n = t.k;
+      $("#f-size").value = n;
+      const parts = [all.map((r) => `${r.name || "?"} × ${r.replicas || 0}`).join(" + ") + ` = ${n} kernels`,
+        `${num(t.c)} CPU`];
+      if (!isNaN(t.m)) parts.push(human(t.m));
+      if (t.g) parts.push(`${t.g} GPU`);
+      $("#total").textContent = parts.join("; ");
+    } else {
+      const parts = [`${n} × ${num(cpu)} CPU = ${num(n * cpu)} CPU`];
+      if (!isNaN(mem)) parts.push(`${n} × ${human(mem)} = ${human(n * mem)}`);
+      if (gpu) parts.push(`${n} × ${gpu} GPU = ${n * gpu} GPU`);
+      $("#total").textContent = parts.join("; ");
+    }
     clearTimeout(fitTimer);
     fitTimer = setTimeout(async () => {
       const q = new URLSearchParams({cpu: cpu || 0.5, mem: $("#f-mem").value || "512m", gpu});
@@ -92,9 +150,10 @@
   }
   form.addEventListener("input", update);
 
-  form.addEventListener("submit", async (ev) => {
-    ev.preventDefault();
-    troupe.clearErrors(form);
+  // What the form holds, as the create request; ``extra`` keeps what a loaded file set that
+  // the form does not show (priority, uid, ...), so a download or a launch loses nothing.
+  let extra = {};
+  function request() {
     const environ = {};
     form.querySelectorAll(".env-row").forEach((r) => {
       const k = r.querySelector('[name="env-key"]').value.trim();
@@ -105,6 +164,7 @@
     }));
     const memText = $("#f-mem").value.trim();
     const body = {
+      ...extra,
       name: $("#f-name").value.trim(),
       image: $("#f-image").value,
       type: $("#f-type").value,
@@ -113,7 +173,101 @@
       resources: {cpu: Number($("#f-cpu").value), mem: memText, gpu: Number($("#f-gpu").value)},
       mounts, environ,
     };
+    const rs = roles();
+    if (rs.length) { body.roles = rs; delete body.cluster_size; }
     if (body.type === "batch") body.startup_command = $("#f-startup").value;
+    return body;
+  }
+
+  // Fills the form from a loaded file's request; what it does not show goes to ``extra``.
+  const SHOWN = ["name", "image", "type", "startup_command", "resources", "cluster_mode",
+    "cluster_size", "roles", "mounts", "environ"];
+  function fill(req) {
+    const {...rest} = req;
+    SHOWN.forEach((k) => delete rest[k]);
+    extra = rest;
+    if (req.name !== undefined) $("#f-name").value = req.name;
+    if (req.image !== undefined) {
+      const sel = $("#f-image");
+      if (![...sel.options].some((o) => o.value === req.image)) sel.append(new Option(req.image, req.image));
+      sel.value = req.image;
+    }
+    $("#f-type").value = req.type || "interactive";
+    $("#startup-field").hidden = $("#f-type").value !== "batch";
+    $("#f-startup").value = req.startup_command || "";
+    const res = req.resources || {};
+    $("#f-cpu").value = res.cpu ?? 0.5;
+    $("#f-mem").value = res.mem === undefined ? "512m" : sizeText(res.mem);
+    $("#f-gpu").value = res.gpu ?? 0;
+    form.querySelector(`input[name="cluster_mode"][value="${CSS.escape(req.cluster_mode || "single-node")}"]`).checked = true;
+    $("#f-size").value = req.cluster_size || 1;
+    $("#role-rows").replaceChildren();
+    (req.roles || []).forEach((r) => addRole(r));
+    const mounts = new Map((req.mounts || []).map((m) => [m.folder, m]));
+    form.querySelectorAll('input[name="mount"]').forEach((c) => {
+      c.checked = mounts.has(c.value);
+      form.querySelector(`input[name="ro-${CSS.escape(c.value)}"]`).checked = !!(mounts.get(c.value) || {}).readonly;
+      mounts.delete(c.value);
+    });
+    $("#env-rows").replaceChildren();
+    Object.entries(req.environ || {}).forEach(([k, v]) => {
+      $("#add-env").click();
+      const row = $("#env-rows").lastElementChild;
+      row.querySelector('[name="env-key"]').value = k;
+      row.querySelector('[name="env-value"]').value = v;
+    });
+    update();
+    if (mounts.size) {
+      troupe.showError(form, {field: "mounts", message: `mounts: no folder ${[...mounts.keys()].join(", ")} here`});
+    }
+  }
+
+  $("#load-spec").addEventListener("click", () => $("#spec-file").click());
+  $("#spec-file").addEventListener("change", async () => {
+    const file = $("#spec-file").files[0];
+    $("#spec-file").value = "";
+    if (!file) return;
+    troupe.clearErrors(form);
+    try {
+      const r = await fetch("/ui/spec/load", {method: "POST", credentials: "same-origin",
+        headers: {"Content-Type": "application/yaml", Accept: "application/json"}, body: await file.text()});
+      const data = await r.json();
+      if (!r.ok) {
+        const err = data.error || {};
+        throw Object.assign(new Error(`${file.name}: ${err.message}`), {field: err.field === "file" ? "" : err.field});
+      }
+      fill(data);
+      troupe.toast(`Loaded ${file.name}`);
+    } catch (e) {
+      troupe.showError(form, e);
+    }
+  });
+
+  $("#download-spec").addEventListener("click", async () => {
+    troupe.clearErrors(form);
+    const body = request();
+    try {
+      const r = await fetch("/ui/spec/download", {method: "POST", credentials: "same-origin",
+        headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
+      if (!r.ok) {
+        const err = (await r.json()).error || {};
+        throw Object.assign(new Error(err.message || "request failed"), {field: err.field});
+      }
+      const url = URL.createObjectURL(new Blob([await r.text()], {type: "application/yaml"}));
+      const a = Object.assign(document.createElement("a"), {href: url, download: `${body.name || "session"}.yaml`});
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 1000);
+    } catch (e) {
+      troupe.showError(form, e);
+    }
+  });
+
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    troupe.clearErrors(form);
+    const body = request();
     const submit = form.querySelector('button[type="submit"]');
     submit.disabled = true;
     try {
