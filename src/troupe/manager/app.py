@@ -28,7 +28,16 @@ from troupe.manager.metrics_feed import Feed
 from troupe.manager.registry import Registry
 from troupe.manager.remote_agent import verifying_with
 from troupe.manager.routes import agents as agent_routes
-from troupe.manager.routes import apps, folders, metrics, misc, reach, sessions, users
+from troupe.manager.routes import (
+    apps,
+    folders,
+    metrics,
+    misc,
+    reach,
+    registries,
+    sessions,
+    users,
+)
 from troupe.manager.store.db import make_engine, migrate
 from troupe.manager.store.unit import Store
 from troupe.manager.web import pages as web_pages
@@ -105,7 +114,7 @@ def create_app(
     edge.install(app)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(prometheus.Latency)
-    for module in (sessions, reach, apps, folders, users, misc, agent_routes, metrics):
+    for module in (sessions, reach, apps, folders, users, misc, agent_routes, metrics, registries):
         app.include_router(module.router, prefix="/v1")
     app.include_router(prometheus.router)
     openapi.install(app)

@@ -1,5 +1,6 @@
 """Preparing: SCHEDULED -> PREPARING -> RUNNING in named steps.
 
+images (pulled where missing, under the pull's own limit: :mod:`.pulling`) ->
 network (plan, subnet, create) -> kernels (create and start on their agents) -> readiness
 (every kernel reaches every other) -> RUNNING -> batch "go". Each step reads or writes the
 database in its own short transaction and calls agents outside any transaction.
@@ -39,6 +40,7 @@ from troupe.manager.events import KernelExited
 from troupe.manager.kernels import session_kernel_specs
 from troupe.manager.life.context import Life, load
 from troupe.manager.life.exits import exit_info
+from troupe.manager.life.pulling import pull_missing
 from troupe.manager.networks import AgentNet, free_subnet, plan_network
 from troupe.manager.store.models import Agent, Session
 from troupe.manager.store.unit import changes_of
@@ -104,11 +106,14 @@ async def prepare(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] |
     """Runs the steps; returns None once RUNNING (or no longer ours), else why it failed."""
     step = "starting"
     try:
-        async with asyncio.timeout(life.config.create_timeout) as limit:
-            step = "creating the network"
+        async with asyncio.timeout(life.config.pull_timeout + SETTLE_SECONDS):
             plan = await _begin(life, session_id)
             if plan is None:
                 return None
+            step = "pulling images"
+            await pull_missing(life, session_id, _images(plan))
+        async with asyncio.timeout(life.config.create_timeout) as limit:
+            step = "creating the network"
             plan.deadline = limit.when() or 0.0
             await _create_network(life, session_id, plan)
             step = "creating kernels"
@@ -129,13 +134,19 @@ async def prepare(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] |
     except Failed as e:
         return e.info
     except TimeoutError:
-        return {"reason": f"timed out after {life.config.create_timeout:g} s while {step}"}
+        took = life.config.pull_timeout if step == "pulling images" else life.config.create_timeout
+        return {"reason": f"timed out after {took:g} s while {step}"}
     except TroupeError as e:
         info: dict[str, Any] = {"reason": f"failed while {step}", "message": str(e)}
         if e.kernel:
             info["kernel"] = e.kernel
         return info
     return None
+
+
+def _images(plan: Plan) -> set[tuple[str, str]]:
+    """(agent, image) of every kernel: what must be on which agent before the kernels start."""
+    return {(plan.kernels[k.id][1], k.image or plan.session.image) for k in plan.session.kernels}
 
 
 async def _begin(life: Life, session_id: str) -> Plan | None:
