@@ -64,8 +64,8 @@ def split_image(image: str) -> tuple[str, str, str, str]:
         registry, rest = first.lower(), after
     else:
         registry = DOCKER_HUB
-    path, _, tag = rest.partition(":")
-    if not _PATH.fullmatch(path) or (tag and not _TAG.fullmatch(tag)):
+    path, colon, tag = rest.partition(":")
+    if not _PATH.fullmatch(path) or (colon and not _TAG.fullmatch(tag)):
         raise Invalid.field_rule("image", f"{image!r} is not an image reference")
     if "@" in image and not _DIGEST.fullmatch(digest):
         raise Invalid.field_rule(

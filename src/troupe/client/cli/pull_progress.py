@@ -52,6 +52,7 @@ def follow_pulls(
 ) -> tuple[SessionInfo, float]:
     """Shows the pulls until there are none left (or the session moved on); the spinner is
     paused meanwhile (one live display at a time)."""
+    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
     from troupe.api.models import SessionStatus
@@ -64,7 +65,7 @@ def follow_pulls(
         TextColumn("pulling {task.description}"),
         BarColumn(),
         DownloadColumn(),
-        console=err_console,
+        console=Console(stderr=True, highlight=False),  # (a real one: Progress enters it)
         transient=not err_console.is_terminal,
     ) as bar:
         while info.status == SessionStatus.PREPARING and (rows := pulling(info)):

@@ -107,6 +107,7 @@ async def prepare(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] |
     step = "starting"
     try:
         async with asyncio.timeout(life.config.pull_timeout + SETTLE_SECONDS):
+            step = "creating the network"  # (_begin plans it)
             plan = await _begin(life, session_id)
             if plan is None:
                 return None

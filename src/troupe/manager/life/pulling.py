@@ -2,7 +2,7 @@
 
 The pulls are the fleet's (:class:`~troupe.manager.pulls.Pulls`: one per agent and image,
 shared with other sessions). While they run, the session's ``status_info["pulling"]`` shows
-each one (agent, image, bytes done and in all), rewritten at most once a second; when they
+each one (agent, image, bytes done and in all), rewritten at most twice a second; when they
 are done it is removed and the phase ``pulled`` stamped. This step has its own limit (the
 pull's), so the create time-out counts only what follows it.
 """
@@ -20,7 +20,7 @@ from troupe.api.lifecycle import SessionStatus, mark, utcnow
 from troupe.manager.life.context import Life, load
 
 #: Seconds between two reports of a session's pulls.
-REPORT_SECONDS = 1.0
+REPORT_SECONDS = 0.5
 
 
 async def pull_missing(life: Life, session_id: str, needs: Iterable[tuple[str, str]]) -> None:
