@@ -74,7 +74,7 @@ class Tally:
             self.layers[layer] = (done, total)
         self.progress.done_bytes = sum(d for d, _ in self.layers.values())
         self.progress.total_bytes = sum(t for _, t in self.layers.values())
-        return self.progress
+        return self.progress.model_copy()
 
 
 def failure(agent: str, image: str, message: str) -> AgentFailed:
@@ -141,5 +141,4 @@ async def pull(
             f" {info['Architecture']}, the agent runs {arch} (removed again)",
             field="image",
         )
-    tally.progress.done = True
-    yield tally.progress
+    yield tally.progress.model_copy(update={"done": True})

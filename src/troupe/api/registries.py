@@ -130,7 +130,6 @@ class PullProgress(BaseModel):
     done_bytes: int = 0
     total_bytes: int = 0
     done: bool = False
-    error: str = ""
 
 
 class PullResult(BaseModel):
