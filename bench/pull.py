@@ -79,7 +79,8 @@ async def main() -> None:
     server = None
     try:
         image = reg.push("bench-pull", parse_size(args.layer))
-        server = common.start_server(tmp=tmp / "server")
+        (tmp / "server").mkdir()
+        server = common.start_server(tmp=tmp / "server", subnet_pool="10.87.0.0/16")
         async with server.client() as api:
             body = {"host": reg.host, "username": USER, "password": PASSWORD}
             (

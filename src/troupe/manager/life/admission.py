@@ -33,7 +33,7 @@ from troupe.api.lifecycle import (
     utcnow,
 )
 from troupe.api.models import SessionCreate
-from troupe.api.registries import registry_of, split_image
+from troupe.api.registries import split_image
 from troupe.cluster import build_cluster, generate_ed25519
 from troupe.manager import disk, quotas
 from troupe.manager.fleet import offered_gpus
@@ -112,10 +112,10 @@ def _images(req: SessionCreate) -> dict[str, str]:
     return out
 
 
-def check_image(life: Life, field: str, image: str) -> bool:
-    """Refuses (422 naming ``field``) a malformed reference or one from a registry the server
-    does not allow; True when the image may be pulled (its registry is configured or allowed
-    by name), so that a missing one is pulled when the session starts (docs/registries.md)."""
+def check_image(life: Life, field: str, image: str) -> str:
+    """The registry of ``image``; refuses (422 naming ``field``) a malformed reference or one
+    from a registry the server does not allow. An image missing on the agents is pulled when
+    the session starts if its registry is configured or allowed by name (docs/registries.md)."""
     try:
         registry = split_image(image)[0]
     except Invalid as e:
@@ -127,7 +127,7 @@ def check_image(life: Life, field: str, image: str) -> bool:
             f"images from registry {registry!r} are not allowed on this server (allowed:"
             f" {', '.join(allowed)})",
         )
-    return registry in allowed or registry in life.fleet.pulls.book.hosts()
+    return registry
 
 
 def _refuse(refusal: quotas.Refusal | None) -> None:
@@ -179,12 +179,17 @@ async def admit(life: Life, owner: User, req: SessionCreate) -> Session:
         raise DoesNotFit(f"{field}: {reason}", field=field)
     group = [a.id for a in agents if a.group == req.group]
     for field, image in _images(req).items():
-        pullable = check_image(life, field, image)
-        if not waits_for_lost and not await life.fleet.any_has_image(group, image) and not pullable:
+        registry = check_image(life, field, image)
+        if (
+            not waits_for_lost
+            and not await life.fleet.any_has_image(group, image)
+            and registry not in life.config.allowed_registries
+            and registry not in life.fleet.pulls.book.hosts()
+        ):
             raise Invalid.field_rule(
                 field,
                 f"image {image!r} not found on the agents of group {req.group!r}, and its"
-                f" registry {registry_of(image)!r} is not configured (troupe registry add)",
+                f" registry {registry!r} is not configured (troupe registry add)",
             )
     session_id = str(uuid.uuid4())
 
