@@ -8,9 +8,11 @@ import asyncio
 import json
 import stat
 
-from tests.inprocess.conftest import Harness, MakeManager, eventually
+from tests.inprocess.asgi import AsgiHttp
+from tests.inprocess.conftest import Harness, MakeManager
 from tests.inprocess.helpers import error_of
 from troupe.api.errors import AgentFailed
+from troupe.manager.web import signin
 
 REG = "registry.test:5000"
 PRIVATE = f"{REG}/team/cuda:12"
@@ -219,7 +221,20 @@ async def test_pull_progress_shows_on_the_web_page(manager: Harness) -> None:
     web = await signed_in(manager)
     page = (await web.get(f"/sessions/{s['id']}")).text
     assert "Pulling images" in page and "2 MiB of 4 MiB" in page, page
+    # the page's live part is sent again while the pull runs (no status change meanwhile)
+    stream = AsgiHttp(
+        manager, "GET", "/ui/events", query=f"session={s['id']}", accept="text/event-stream"
+    )
+    stream.scope["headers"].append(
+        (b"cookie", f"{signin.COOKIE}={web.cookies[signin.COOKIE]}".encode())
+    )
+    stream.start()
+    for _ in range(300):
+        if stream.body().count(b"Pulling images") >= 2:
+            break
+        await asyncio.sleep(0.02)
+    stream.leave()
+    assert stream.body().count(b"Pulling images") >= 2, stream.body()[-500:]
     manager.local.pull_gate.set()
-    await eventually(lambda: True)
     assert (await manager.wait("a"))["status"] == "RUNNING"
     await web.aclose()

@@ -41,7 +41,7 @@ def parse_host(text: str) -> str:
     else:
         host, _, port = raw.partition(":")
         ok = bool(_HOST.fullmatch(host)) or _is_ip(host, 4)
-    if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+    if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
         ok = False
     if not ok or (":" in raw and not port and not raw.startswith("[")):
         raise Invalid.field_rule("host", f"{text!r} is not {HOST_RULE}")

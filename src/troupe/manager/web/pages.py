@@ -235,13 +235,13 @@ def _event(kind: str, data: dict[str, Any]) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-@router.get("/ui/events")
 def _changing(chunk: bytes) -> bool:
     """Whether a rendered session changes without status changes (PENDING, PREPARING)."""
     text = chunk.decode()
     return '"status": "PENDING"' in text or '"status": "PREPARING"' in text
 
 
+@router.get("/ui/events")
 async def events(
     request: Request,
     user: CurrentUser,
