@@ -199,6 +199,8 @@ class FakeAgent:
         self.metrics_interval = 5.0
         #: images a pull finds in their registry: name -> size in bytes
         self.pullable: dict[str, int] = {}
+        #: every image is in its registry (1 byte) unless ``pullable`` says otherwise
+        self.pull_any = False
         #: every pull request received (credentials included: what the manager sent)
         self.pulls: list[PullRequest] = []
         #: set to an Event: a pull stops half-way until it is set (None: it does not)
@@ -241,7 +243,7 @@ class FakeAgent:
     async def pull_image(self, req: PullRequest) -> AsyncIterator[PullProgress]:
         await self._step("pull_image")
         self.pulls.append(req)
-        size = self.pullable.get(req.image)
+        size = self.pullable.get(req.image, 1 if self.pull_any else None)
         if size is None:
             raise AgentFailed(
                 f"pulling {req.image} on agent {self.name}: unknown image", field="image"
