@@ -100,8 +100,8 @@ class LocalRegistry:
         )
 
     def trust(self) -> None:
-        """The engine trusts the CA (``certs.d``): needed to push to a registry that is not
-        on loopback; :meth:`close` removes it."""
+        """The engine trusts the CA (``certs.d``): needed to log in and push to a registry
+        off loopback; :meth:`close` removes it."""
         (CERTS_D / self.host).mkdir(parents=True, exist_ok=True)
         shutil.copy(self.ca, CERTS_D / self.host / "ca.crt")
 
@@ -165,6 +165,8 @@ def start_registry(tmp: Path, address: str = "127.0.0.1") -> LocalRegistry:
     )
     reg = LocalRegistry(host, tmp, ca, proc)
     try:
+        if not ipaddress.ip_address(address).is_loopback:
+            reg.trust()  # (the engine checks the certificate of a registry off loopback)
         deadline = time.monotonic() + 30
         while True:
             r = reg.docker(

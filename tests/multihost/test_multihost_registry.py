@@ -27,13 +27,27 @@ def bed(
     up = tb("up", str(N), TB_IMAGES="")  # no images copied: the hosts pull
     assert up.returncode == 0, up.stdout + up.stderr
     tmp = tmp_path_factory.mktemp("multihost-registry")
-    reg = start_registry(tmp / "registry", address="10.123.0.1")
-    server = start_server(
-        tmp, "--no-local-agent", "--agent-token", TOKEN, "--agent-timeout", "4", host="10.123.0.1"
-    )
+    try:
+        reg = start_registry(tmp / "registry", address="10.123.0.1")
+    except BaseException:
+        tb("down", TB_FAST="1")
+        raise
+    try:
+        server = start_server(
+            tmp,
+            "--no-local-agent",
+            "--agent-token",
+            TOKEN,
+            "--agent-timeout",
+            "4",
+            host="10.123.0.1",
+        )
+    except BaseException:
+        reg.close()
+        tb("down", TB_FAST="1")
+        raise
     cl = Cluster(server, tmp / "shared-data", tmp)
     try:
-        reg.trust()  # (the host engine pushes to it)
         for i in range(1, N + 1):
             cl.start_agent(i)
         server.wait_agents({f"tt{i}": "ALIVE" for i in range(1, N + 1)})
