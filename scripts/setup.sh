@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up troupe on a Debian 12 machine, as root, idempotently:
 #   1. Debian packages (docker.io, debootstrap, chromium for the web UI's browser tests,
-#      prometheus for the test that scrapes /metrics, ...) when missing;
+#      prometheus for the test that scrapes /metrics, docker-registry and apache2-utils'
+#      htpasswd for the registry tests, ...) when missing;
 #   2. dockerd started when it does not answer (a running one is left alone);
 #   3. the virtual environment .venv with troupe installed;
 #   4. the kernel images troupe/base and troupe/pytorch, built offline and cached
@@ -20,13 +21,22 @@ step() { printf '\033[1;34m==>\033[0m %s\n' "$*"; }
 
 # --- 1. packages --------------------------------------------------------------
 need_pkgs=()
-for p in docker.io docker-compose debootstrap busybox-static iptables iproute2 util-linux python3-venv postgresql chromium prometheus rsync; do
+for p in docker.io docker-compose debootstrap busybox-static iptables iproute2 util-linux python3-venv postgresql chromium prometheus rsync docker-registry apache2-utils; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   step "installing Debian packages: ${need_pkgs[*]}"
   apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need_pkgs[@]}"
+fi
+# docker-registry (the distribution registry) is for the tests, which start their own on
+# loopback with TLS and htpasswd auth: never as a system service.
+if [ -e /etc/init.d/docker-registry ]; then
+  if [ -d /run/systemd/system ]; then
+    systemctl disable --now docker-registry >/dev/null 2>&1 || true
+  else
+    update-rc.d docker-registry disable >/dev/null 2>&1 || true
+  fi
 fi
 
 # --- 2. docker engine ---------------------------------------------------------

@@ -25,6 +25,7 @@ from troupe.api.exec import ExecExit, ExecItem, ExecOutput
 from troupe.api.metrics import AgentMetrics, HostSample, KernelSample, KernelSamples
 from troupe.api.models import GpuInfo, ImageInfo
 from troupe.api.pipe import RUNNER_DIR
+from troupe.api.registries import PullProgress, PullRequest
 
 _ids = itertools.count(1)
 
@@ -196,6 +197,14 @@ class FakeAgent:
         #: samples :meth:`metrics` answers: (session id, hostname) -> samples (:meth:`sample`)
         self.samples: dict[tuple[str, str], list[KernelSample]] = {}
         self.metrics_interval = 5.0
+        #: images a pull finds in their registry: name -> size in bytes
+        self.pullable: dict[str, int] = {}
+        #: every image is in its registry (1 byte) unless ``pullable`` says otherwise
+        self.pull_any = False
+        #: every pull request received (credentials included: what the manager sent)
+        self.pulls: list[PullRequest] = []
+        #: set to an Event: a pull stops half-way until it is set (None: it does not)
+        self.pull_gate: asyncio.Event | None = None
 
     async def _step(self, key: str) -> None:
         self.calls.append(key)
@@ -230,6 +239,23 @@ class FakeAgent:
         if name not in self.image_names:
             raise AgentFailed(f"inspecting image {name}: no such image")
         return dict(self.labels.get(name, {}))
+
+    async def pull_image(self, req: PullRequest) -> AsyncIterator[PullProgress]:
+        await self._step("pull_image")
+        self.pulls.append(req)
+        size = self.pullable.get(req.image, 1 if self.pull_any else None)
+        if size is None:
+            raise AgentFailed(
+                f"pulling {req.image} on agent {self.name}: unknown image", field="image"
+            )
+        yield PullProgress(agent=self.name, image=req.image, done_bytes=0, total_bytes=size)
+        yield PullProgress(agent=self.name, image=req.image, done_bytes=size // 2, total_bytes=size)
+        if self.pull_gate is not None:
+            await self.pull_gate.wait()
+        self.image_names.add(req.image)
+        yield PullProgress(
+            agent=self.name, image=req.image, done_bytes=size, total_bytes=size, done=True
+        )
 
     async def used_subnets(self) -> list[str]:
         await self._step("used_subnets")

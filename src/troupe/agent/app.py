@@ -11,6 +11,7 @@ accepted (an HTTP answer with the shared body).
 from __future__ import annotations
 
 import hmac
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
@@ -34,6 +35,7 @@ from troupe.api.errors import TroupeError, Unauthorized
 from troupe.api.metrics import AgentMetrics
 from troupe.api.models import ImageInfo
 from troupe.api.pipe import serve_pipe
+from troupe.api.registries import PullRequest
 from troupe.api.shell import serve_shell
 
 
@@ -92,6 +94,19 @@ def create_agent_app(backend: DockerAgent, token: str) -> FastAPI:
     @app.get(f"{AGENT_PREFIX}/images/labels")
     async def image_labels(name: str) -> dict[str, str]:
         return await backend.image_labels(name)
+
+    @app.post(f"{AGENT_PREFIX}/images/pull")
+    async def pull_image(req: PullRequest) -> StreamingResponse:
+        """NDJSON: one progress object a line; a failure ends it with the error shape."""
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for p in backend.pull_image(req):
+                    yield p.model_dump_json().encode() + b"\n"
+            except TroupeError as e:
+                yield json.dumps(e.to_wire()).encode() + b"\n"
+
+        return StreamingResponse(body(), media_type=wire_exec.MEDIA_TYPE)
 
     @app.get(f"{AGENT_PREFIX}/subnets")
     async def subnets() -> list[str]:

@@ -31,7 +31,7 @@ from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
 from troupe.agent.exec import PipeIO, ShellIO
 from troupe.agent.files import discard, kernel_files, peers_started, remove_files
-from troupe.agent.images import has_image, image_labels, list_images
+from troupe.agent.images import ImageOps
 from troupe.agent.kernel import (
     KernelLimits,
     container_config,
@@ -67,7 +67,7 @@ from troupe.api.defaults import AGENT_DATA_ROOT
 from troupe.api.errors import AgentFailed, TroupeError
 from troupe.api.exec import ExecItem
 from troupe.api.metrics import AgentMetrics
-from troupe.api.models import GpuInfo, ImageInfo
+from troupe.api.models import GpuInfo
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,9 @@ START_FAILURE_LINES = 5
 REMOVING_SECONDS = 60.0
 
 
-class DockerAgent:
-    """An :class:`troupe.api.agent.AgentBackend` on one Docker engine."""
+class DockerAgent(ImageOps):
+    """An :class:`troupe.api.agent.AgentBackend` on one Docker engine (its images: the
+    :class:`ImageOps` part)."""
 
     def __init__(
         self,
@@ -222,16 +223,6 @@ class DockerAgent:
     def data_marker(self) -> str:
         """An id stored in the data root, the same for every agent that shares the storage."""
         return data_marker(self.data_root)
-
-    # -- images ----------------------------------------------------------------
-    async def images(self) -> list[ImageInfo]:
-        return await list_images(self.docker)
-
-    async def has_image(self, name: str) -> bool:
-        return await has_image(self.docker, name)
-
-    async def image_labels(self, name: str) -> dict[str, str]:
-        return await image_labels(self.docker, name)
 
     # -- networks --------------------------------------------------------------
     async def create_network(self, spec: NetworkSpec) -> None:

@@ -10,15 +10,18 @@ of any other image it is not known (``None``). A kernel of an image without sshd
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import aiodocker
 from aiodocker.exceptions import DockerError
 
+from troupe.agent import pulls
 from troupe.agent.engine import step
 from troupe.api.models import ImageInfo
+from troupe.api.registries import PullProgress, PullRequest
 
 #: Says whether an image has ``/usr/sbin/sshd`` (``true`` / ``false``), for images not troupe's.
 LABEL_SSHD = "troupe.sshd"
@@ -72,3 +75,28 @@ async def image_labels(docker: aiodocker.Docker, name: str) -> dict[str, str]:
         info = await docker.images.inspect(name)
     labels = (info.get("Config") or {}).get("Labels") or {}
     return {str(k): str(v) for k, v in labels.items()}
+
+
+class ImageOps:
+    """The image part of an agent (:class:`~troupe.agent.docker_backend.DockerAgent`)."""
+
+    name: str
+    #: Where the engine looks for registries' CAs (``<dir>/HOST:PORT/ca.crt``).
+    certs_dir: Path = pulls.CERTS_DIR
+
+    @property
+    def docker(self) -> aiodocker.Docker:
+        raise NotImplementedError
+
+    async def images(self) -> list[ImageInfo]:
+        return await list_images(self.docker)
+
+    async def has_image(self, name: str) -> bool:
+        return await has_image(self.docker, name)
+
+    async def image_labels(self, name: str) -> dict[str, str]:
+        return await image_labels(self.docker, name)
+
+    def pull_image(self, req: PullRequest) -> AsyncIterator[PullProgress]:
+        """Pulls an image into the engine, yielding its progress (the last one ``done``)."""
+        return pulls.pull(self.docker, self.name, req, self.certs_dir)

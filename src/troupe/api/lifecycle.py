@@ -198,7 +198,7 @@ def begin(
 #: Start-up phases stamped in timelines besides statuses (lower case: statuses are upper).
 #: Sessions: ``network``; kernels: ``created``, ``started`` (the engine's times),
 #: ``entrypoint`` (set up) and ``ready`` (every peer reachable), from their agents.
-PHASES = ("network", "created", "started", "entrypoint", "ready")
+PHASES = ("pulled", "network", "created", "started", "entrypoint", "ready")
 
 
 def mark(entity: Stateful, times: Mapping[str, str | None]) -> None:

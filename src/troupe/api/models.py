@@ -407,6 +407,8 @@ class ImageInfo(BaseModel):
     size: int
     created: str
     has_sshd: bool | None = None
+    #: the agents that hold it (filled in by the manager's list)
+    agents: list[str] = Field(default_factory=list)
 
 
 #: An app's state in main1 (docs/apps.md, "States").

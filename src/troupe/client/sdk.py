@@ -27,6 +27,7 @@ from troupe.api import errors
 from troupe.api import exec as exec_frames
 from troupe.client.paths import api_path, session_path
 from troupe.client.sdk_events import EventReads
+from troupe.client.sdk_registries import RegistryCalls
 from troupe.client.settings import load_settings, plain_http
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ def _exec_body(command: list[str], kernel: str, user: str) -> dict[str, Any]:
     return body
 
 
-class Client(EventReads):
+class Client(EventReads, RegistryCalls):
     def __init__(
         self, url: str | None = None, api_key: str | None = None, timeout: float = 60.0
     ) -> None:

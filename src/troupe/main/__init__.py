@@ -1,10 +1,11 @@
 """The composition root: the ``troupe`` command, and the one place that sees every side.
 
 The command line is the client's (:mod:`troupe.client.cli`: session, folder, agent list, image,
-user) plus the two commands that start servers: ``troupe server`` (:mod:`troupe.main.server`,
-the manager with an agent on the local Docker engine) and ``troupe agent --manager URL ...``
-(:mod:`troupe.main.agent`, an agent for a manager on another host). Those two import the
-manager, the agent and uvicorn only when they run, so the client commands start fast.
+registry, user) plus the two commands that start servers: ``troupe server``
+(:mod:`troupe.main.server`, the manager with an agent on the local Docker engine) and
+``troupe agent --manager URL ...`` (:mod:`troupe.main.agent`, an agent for a manager on
+another host). Those two import the manager, the agent and uvicorn only when they run, so
+the client commands start fast.
 
 :func:`run` (the ``troupe`` script) builds only the group the command line names: Typer makes
 a Click command of every registered function before it parses anything, and importing and
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     import typer
 
 #: Top-level words of the command line; each builds its own part in :func:`_add`.
-GROUPS = ("session", "folder", "agent", "image", "user", "server")
+GROUPS = ("session", "folder", "agent", "image", "registry", "user", "server")
 
 
 def main() -> None:
@@ -49,7 +50,8 @@ def _add(app: typer.Typer, group: str) -> None:
     else:
         from importlib import import_module
 
-        module = import_module(f"troupe.client.cli.{group}s")
+        plural = "registries" if group == "registry" else f"{group}s"
+        module = import_module(f"troupe.client.cli.{plural}")
         app.add_typer(module.app, name=group)
 
 

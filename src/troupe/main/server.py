@@ -132,6 +132,19 @@ def run(
     app_https: Annotated[
         bool, typer.Option("--app-https", help="app links use https (a TLS proxy is in front)")
     ] = False,
+    pull_timeout: Annotated[
+        float,
+        typer.Option(
+            min=1, help="seconds one image pull on one agent may take (apart from creation's)"
+        ),
+    ] = 1800.0,
+    allowed_registries: Annotated[
+        str,
+        typer.Option(
+            help="registries images may come from, comma-separated HOST[:PORT] (docker.io for"
+            " Docker Hub); others are refused at create time (default: any)"
+        ),
+    ] = "",
     log_level: Annotated[str, typer.Option()] = "info",
 ) -> None:
     """Run the manager and a local agent (the embedded default)."""
@@ -168,8 +181,15 @@ def run(
         Choice.parse(gpus)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--gpus") from e
+    from troupe.api.errors import Invalid
+    from troupe.api.registries import parse_host
     from troupe.manager.app import create_app
     from troupe.manager.config import ServerConfig
+
+    try:
+        allowed = [parse_host(h) for h in allowed_registries.split(",") if h.strip()]
+    except Invalid as e:
+        raise typer.BadParameter(e.message, param_hint="--allowed-registries") from e
 
     try:
         config = ServerConfig(
@@ -208,6 +228,8 @@ def run(
             metrics_token_file=metrics_token_file,
             app_domain=app_domain,
             app_https=app_https,
+            pull_timeout=pull_timeout,
+            allowed_registries=allowed,
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e

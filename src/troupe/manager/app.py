@@ -37,6 +37,7 @@ from troupe.manager.routes import (
     metrics,
     misc,
     reach,
+    registries,
     session_times,
     sessions,
     specs,
@@ -133,6 +134,7 @@ def create_app(
         agent_routes,
         metrics,
         events,
+        registries,
     )
     for module in routers:
         app.include_router(module.router, prefix="/v1")

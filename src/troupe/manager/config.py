@@ -34,6 +34,10 @@ class ServerConfig:
     subnet_pool: str = defaults.SUBNET_POOL
     subnet_prefix: int = defaults.SUBNET_PREFIX
     create_timeout: float = defaults.CREATE_TIMEOUT_SECONDS
+    #: Limit of one image pull on one agent (not counted in ``create_timeout``).
+    pull_timeout: float = 1800.0
+    #: Registries images may come from (``host[:port]``, ``docker.io``); empty: any.
+    allowed_registries: list[str] = field(default_factory=list)
     docker_url: str | None = None
     #: Shared secret of manager and agents (default: generated once, kept in the config dir).
     agent_token: str | None = None
@@ -113,6 +117,11 @@ class ServerConfig:
     @property
     def logs_dir(self) -> Path:
         return self.data_dir / "logs"
+
+    @property
+    def registries_file(self) -> Path:
+        """The configured registries with their secrets (mode 0600)."""
+        return self.data_dir / "registries.json"
 
     @property
     def credentials_file(self) -> Path:

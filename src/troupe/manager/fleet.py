@@ -31,6 +31,8 @@ from troupe.api.lifecycle import (
 from troupe.manager.auth import hash_key
 from troupe.manager.config import ServerConfig
 from troupe.manager.events import AgentBack, AgentLost, FleetEvent, KernelExited
+from troupe.manager.pulls import Pulls
+from troupe.manager.registries import RegistryBook
 from troupe.manager.scheduler import AgentState
 from troupe.manager.store.models import Agent, Kernel, Session
 from troupe.manager.store.unit import Store, changes_of
@@ -66,6 +68,10 @@ class Fleet:
         self._credentials: dict[str, str] = {}
         #: registrations and removals, one at a time (row and handle change together)
         self._joining = asyncio.Lock()
+        #: image pulls on the agents, one per agent and image
+        self.pulls = Pulls(
+            self.__getitem__, RegistryBook(config.registries_file), config.pull_timeout
+        )
 
     def __getitem__(self, agent_id: str) -> AgentBackend:
         agent = self.agents.get(agent_id)

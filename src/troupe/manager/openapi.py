@@ -48,6 +48,7 @@ EXTRA: dict[str, set[int]] = {
     "DELETE /v1/users/{name}": {409},  # active sessions, the last admin
     "DELETE /v1/agents/{name}": {409},  # ALIVE, or the manager's own
     "POST /v1/agents/register": {409},  # the name of a live agent
+    "POST /v1/images/pull": {404, 502},  # no such agent; the pull failed on an agent
 }
 
 #: Success answers that are not JSON, by "METHOD path": their media types.

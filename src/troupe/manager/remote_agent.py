@@ -35,6 +35,7 @@ from troupe.api.exec import ExecItem
 from troupe.api.metrics import AgentMetrics
 from troupe.api.models import ImageInfo
 from troupe.api.pipe import EOF_FRAME, STDERR, STDOUT, control
+from troupe.api.registries import PullProgress, PullRequest
 
 
 class RemoteShell:
@@ -157,6 +158,25 @@ class RemoteAgent:
     async def image_labels(self, name: str) -> dict[str, str]:
         labels = await self._call("GET", "/images/labels", params={"name": name})
         return {str(k): str(v) for k, v in (labels or {}).items()}
+
+    async def pull_image(self, req: PullRequest) -> AsyncIterator[PullProgress]:
+        """The agent's progress lines; an error line is raised as its domain error."""
+        try:
+            async with self._http.stream(
+                "POST", "/images/pull", json=req.model_dump(), timeout=None
+            ) as resp:
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    _raise_for(self.name, resp)
+                async for line in resp.aiter_lines():
+                    if not line.strip():
+                        continue
+                    msg = json.loads(line)
+                    if "error" in msg:
+                        raise from_wire(0, msg)
+                    yield PullProgress.model_validate(msg)
+        except httpx.HTTPError as e:
+            raise AgentFailed(f"agent {self.name} unreachable: {e!r}") from e
 
     async def used_subnets(self) -> list[str]:
         return list(await self._call("GET", "/subnets"))

@@ -26,6 +26,7 @@ def wait_started(info: SessionInfo, timeout: float) -> SessionInfo:
     """Long-polls status changes until the session runs (interactive) or ends (batch)."""
     from troupe.api.models import SessionStatus
     from troupe.api.models import SessionType as Type
+    from troupe.client.cli import pull_progress as pulls
     from troupe.client.cli.status_text import status_text
 
     batch = info.type == Type.BATCH
@@ -51,13 +52,14 @@ def wait_started(info: SessionInfo, timeout: float) -> SessionInfo:
                         f"{timeout:g} s; it keeps going (see `troupe session info "
                         f"{info.name}`, or destroy it)"
                     )
-                # while PENDING, wake now and then to show why it still waits
-                poll = 10.0 if info.status == SessionStatus.PENDING else 300.0
+                if pulls.pulling(info):  # (not counted in the time-out: an own limit)
+                    info, deadline = pulls.follow_pulls(c, info, spinner, deadline)
+                    continue
                 new = c.wait_session(
                     info.id,
                     until="change",
                     since=info.status.value,
-                    timeout=max(0.1, min(remaining, poll)),
+                    timeout=max(0.1, min(remaining, pulls.poll_seconds(info))),
                 )
                 if status_text(new) != status_text(info):
                     _progress(new)

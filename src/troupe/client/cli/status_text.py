@@ -32,12 +32,27 @@ def status_info_lines(info: dict[str, Any]) -> list[str]:
             items = reasons if isinstance(reasons, list) else [reasons]
             text = "; ".join(str(r) for r in items)
             lines.append(f"  {host}: {text or 'waiting for the scheduler'}")
+    pulling = info.get("pulling")
+    if isinstance(pulling, list) and pulling:
+        from troupe.client.cli.pull_progress import pull_lines
+
+        lines.append("pulling:")
+        lines.extend("  " + line for line in pull_lines(pulling))
     for key in ("reason", "kernel", "message", "exit_code"):
         if info.get(key) not in (None, ""):
             lines.append(f"{key.replace('_', ' ')}: {info[key]}")
     if info.get("oom_killed"):
         lines.append("oom killed: yes")
-    shown = {"pending", "reason", "kernel", "message", "exit_code", "oom_killed", "last_logs"}
+    shown = {
+        "pending",
+        "pulling",
+        "reason",
+        "kernel",
+        "message",
+        "exit_code",
+        "oom_killed",
+        "last_logs",
+    }
     for key, value in info.items():
         if key not in shown and value not in (None, "", [], {}):
             lines.append(f"{key.replace('_', ' ')}: {value}")

@@ -34,6 +34,7 @@ from troupe.api.lifecycle import (
 )
 from troupe.api.models import SessionCreate
 from troupe.api.policies import SuccessPolicy, kernel_command
+from troupe.api.registries import split_image
 from troupe.api.users import Usage
 from troupe.cluster import build_cluster, generate_ed25519
 from troupe.manager import disk, quotas
@@ -115,6 +116,24 @@ def _images(req: SessionCreate) -> dict[str, str]:
     return out
 
 
+def check_image(life: Life, field: str, image: str) -> str:
+    """The registry of ``image``; refuses (422 naming ``field``) a malformed reference or one
+    from a registry the server does not allow. An image missing on the agents is pulled when
+    the session starts if its registry is configured or allowed by name (docs/registries.md)."""
+    try:
+        registry = split_image(image)[0]
+    except Invalid as e:
+        raise Invalid.field_rule(field, e.message.removeprefix("image: ")) from None
+    allowed = life.config.allowed_registries
+    if allowed and registry not in allowed:
+        raise Invalid.field_rule(
+            field,
+            f"images from registry {registry!r} are not allowed on this server (allowed:"
+            f" {', '.join(allowed)})",
+        )
+    return registry
+
+
 def _refuse(refusal: quotas.Refusal | None) -> None:
     if refusal is not None:
         raise QuotaExceeded(refusal.message, field=refusal.field)
@@ -167,9 +186,17 @@ async def admit(life: Life, owner: User, req: SessionCreate) -> Session:
         raise DoesNotFit(f"{field}: {reason}", field=field)
     group = [a.id for a in agents if a.group == req.group]
     for field, image in _images(req).items():
-        if not waits_for_lost and not await life.fleet.any_has_image(group, image):
+        registry = check_image(life, field, image)
+        if (
+            not waits_for_lost
+            and not await life.fleet.any_has_image(group, image)
+            and registry not in life.config.allowed_registries
+            and registry not in life.fleet.pulls.book.hosts()
+        ):
             raise Invalid.field_rule(
-                field, f"image {image!r} not found on the agents of group {req.group!r}"
+                field,
+                f"image {image!r} not found on the agents of group {req.group!r}, and its"
+                f" registry {registry!r} is not configured (troupe registry add)",
             )
     session_id = str(uuid.uuid4())
 

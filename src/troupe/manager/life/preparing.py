@@ -1,5 +1,6 @@
 """Preparing: SCHEDULED -> PREPARING -> RUNNING in named steps.
 
+images (pulled where missing, under the pull's own limit: :mod:`.pulling`) ->
 network (plan, subnet, create) -> kernels (create and start on their agents) -> readiness
 (every kernel reaches every other) -> RUNNING -> batch "go". Each step reads or writes the
 database in its own short transaction and calls agents outside any transaction.
@@ -39,6 +40,7 @@ from troupe.manager.events import KernelExited
 from troupe.manager.kernels import session_kernel_specs
 from troupe.manager.life.context import Life, load
 from troupe.manager.life.judging import exit_info
+from troupe.manager.life.pulling import pull_missing
 from troupe.manager.networks import AgentNet, free_subnet, plan_network
 from troupe.manager.store.models import Agent, Session
 from troupe.manager.store.unit import changes_of
@@ -111,13 +113,15 @@ class Progress:
 
 
 async def guarded(
-    life: Life, steps: Callable[[Progress], Awaitable[None]]
+    life: Life, steps: Callable[[Progress], Awaitable[None]], pulling: bool = False
 ) -> dict[str, Any] | None:
-    """Runs ``steps`` within ``create_timeout``; None once done (or the session is no longer
-    theirs), else why they failed (the session's status_info)."""
+    """Runs ``steps`` within ``create_timeout`` (``pulling``: within the pull's own limit);
+    None once done (or the session is no longer theirs), else why they failed (the session's
+    status_info)."""
     progress = Progress()
+    took = life.config.pull_timeout if pulling else life.config.create_timeout
     try:
-        async with asyncio.timeout(life.config.create_timeout) as limit:
+        async with asyncio.timeout(took + (SETTLE_SECONDS if pulling else 0)) as limit:
             progress.deadline = limit.when() or 0.0
             await steps(progress)
     except Abandoned:
@@ -125,7 +129,7 @@ async def guarded(
     except Failed as e:
         return e.info
     except TimeoutError:
-        return {"reason": f"timed out after {life.config.create_timeout:g} s while {progress.step}"}
+        return {"reason": f"timed out after {took:g} s while {progress.step}"}
     except TroupeError as e:
         info: dict[str, Any] = {"reason": f"failed while {progress.step}", "message": str(e)}
         if e.kernel:
@@ -137,16 +141,34 @@ async def guarded(
 async def prepare(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] | None:
     """Runs the steps; returns None once RUNNING (or no longer ours), else why it failed."""
 
-    async def steps(progress: Progress) -> None:
-        progress.step = "creating the network"
+    plans: list[Plan] = []
+
+    async def pull(progress: Progress) -> None:
+        progress.step = "creating the network"  # (_begin plans it)
         plan = await _begin(life, session_id)
         if plan is None:
             raise Abandoned
+        plans.append(plan)
+        progress.step = "pulling images"
+        await pull_missing(life, session_id, _images(plan))
+
+    async def steps(progress: Progress) -> None:
+        plan = plans[0]
         plan.progress = progress
+        progress.step = "creating the network"
         await _create_network(life, session_id, plan)
         await start_kernels(life, plan, inbox)
 
+    # the create time-out does not count the pull, which has its own limit
+    failed = await guarded(life, pull, pulling=True)
+    if failed is not None or not plans:
+        return failed
     return await guarded(life, steps)
+
+
+def _images(plan: Plan) -> set[tuple[str, str]]:
+    """(agent, image) of every kernel: what must be on which agent before the kernels start."""
+    return {(plan.kernels[k.id][1], k.image or plan.session.image) for k in plan.session.kernels}
 
 
 async def start_kernels(life: Life, plan: Plan, inbox: Inbox) -> None:

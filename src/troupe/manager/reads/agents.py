@@ -55,14 +55,15 @@ async def agent_infos(db: AsyncSession, fleet: Fleet) -> list[AgentInfo]:
 
 
 async def image_infos(fleet: Fleet) -> list[ImageInfo]:
-    """Images of every reachable agent; an agent that does not answer is skipped."""
+    """Images of every reachable agent, each once with the agents that hold it; an agent
+    that does not answer is skipped."""
     seen: dict[str, ImageInfo] = {}
-    for agent in fleet.reachable().values():
+    for agent_id, agent in fleet.reachable().items():
         try:
             images = await agent.images()
         except TroupeError as e:
             log.warning("image list skips agent %s: %s", agent.name, e)
             continue
         for img in images:
-            seen.setdefault(img.name, img)
+            seen.setdefault(img.name, img.model_copy(update={"agents": []})).agents.append(agent_id)
     return list(seen.values())

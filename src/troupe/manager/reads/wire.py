@@ -103,7 +103,7 @@ def _since(t0: datetime, timeline: Mapping[str, str], keys: Mapping[str, str]) -
 
 
 _KERNEL_STAMPS = {p: p for p in KERNEL_PHASES}
-_SESSION_STAMPS = {"scheduled": "SCHEDULED", "network": "network"}
+_SESSION_STAMPS = {"scheduled": "SCHEDULED", "pulled": "pulled", "network": "network"}
 _READY_STAMP = {"ready": "RUNNING"}
 
 

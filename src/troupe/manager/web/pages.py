@@ -237,6 +237,12 @@ def _event(kind: str, data: dict[str, Any]) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
 
 
+def _changing(chunk: bytes) -> bool:
+    """Whether a rendered session changes without status changes (PENDING, PREPARING)."""
+    text = chunk.decode()
+    return '"status": "PENDING"' in text or '"status": "PREPARING"' in text
+
+
 @router.get("/ui/events")
 async def events(
     request: Request,
@@ -249,8 +255,8 @@ async def events(
     changed (the list's row, or the session page's live part when ``session`` is an id).
 
     Changes come from the change bus; a burst is gathered for a moment and rendered once.
-    A PENDING session is re-rendered every few seconds, since its why-pending report
-    changes without a status change.
+    A PENDING or PREPARING session is re-rendered every few seconds, since its why-pending
+    report and its pulls' progress change without a status change.
     """
     store = request.app.state.db
     keepalive = request.app.state.registry.config.keepalive_seconds
@@ -273,7 +279,7 @@ async def events(
             pending = False
             if session is not None:  # what changed between the page's answer and now
                 async for chunk in render_ids({session}):
-                    pending = '"status": "PENDING"' in chunk.decode()
+                    pending = _changing(chunk)
                     yield chunk
             while True:
                 wait = 3.0 if pending else keepalive
@@ -292,7 +298,7 @@ async def events(
                     ids = {session} if session in ids or not changes else set()
                 if ids:
                     async for chunk in render_ids(ids):
-                        pending = '"status": "PENDING"' in chunk.decode()
+                        pending = _changing(chunk)
                         yield chunk
 
     return SlotResponse(slot, body(), media_type=log_events.MEDIA_TYPE)

@@ -138,6 +138,38 @@ def pending_lines(info: Mapping[str, Any]) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Pull:
+    """An image pull of a session being prepared (``status_info["pulling"]``)."""
+
+    agent: str
+    image: str
+    done: int
+    total: int
+
+    @property
+    def text(self) -> str:
+        if not self.total:
+            return "starting"
+        return f"{size_text(self.done)} of {size_text(self.total)}"
+
+
+def pulls(info: Mapping[str, Any]) -> list[Pull]:
+    rows = info.get("pulling")
+    if not isinstance(rows, list):
+        return []
+    return [
+        Pull(
+            str(r.get("agent", "")),
+            str(r.get("image", "")),
+            int(r.get("done_bytes") or 0),
+            int(r.get("total_bytes") or 0),
+        )
+        for r in rows
+        if isinstance(r, dict)
+    ]
+
+
+@dataclass(frozen=True)
 class Failure:
     """The first kernel that failed, as the session page shows it."""
 
