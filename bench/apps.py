@@ -129,10 +129,15 @@ async def prepare(server: common.TroupeServer, size: int) -> tuple[str, str]:
 
 def measure(server: common.TroupeServer, sid: str, ip: str, n: int, size: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    r = httpx.post(
-        f"{server.url}/v1/sessions/{sid}/apps/{APP_PORT}",
-        headers={"Authorization": f"Bearer {server.key}"},
-    )
+    deadline = time.monotonic() + 60
+    while True:  # (409 until the server in main1 listens: a busy machine takes a while)
+        r = httpx.post(
+            f"{server.url}/v1/sessions/{sid}/apps/{APP_PORT}",
+            headers={"Authorization": f"Bearer {server.key}"},
+        )
+        if r.status_code != 409 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     r.raise_for_status()
     base, headers = enter(server, r.json()["url"])
     with httpx.Client(base_url=base, timeout=120) as c:
