@@ -173,6 +173,9 @@ def test_jupyter_kernel_runs_over_the_proxy_in_a_two_kernel_session(web: Web) ->
     expect(tab).to_have_title(re.compile("JupyterLab"), timeout=60_000)
     expect(tab.locator(".jp-LabShell")).to_be_visible(timeout=60_000)
     expect(tab.locator(".jp-Launcher").first).to_be_visible(timeout=30_000)
+    # the image's JupyterLab settings: no prompt to fetch Jupyter news (it needs the internet)
+    tab.wait_for_timeout(3000)
+    assert tab.get_by_text("Would you like to get notified").count() == 0
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     tab.screenshot(path=str(ARTIFACTS / "apps-jupyterlab.png"))
     printed = tab.evaluate(RUN_IN_KERNEL, CELL)
