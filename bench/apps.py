@@ -12,11 +12,14 @@ the same server, each over one keep-alive client:
 - **forward**: ``troupe session forward`` on a local port (a tunnel per connection);
 - **direct**: the container's address from the host, no troupe in the way (the floor).
 
-For each: latency of small requests (1 KiB file, p50/p90 over ``--requests``), then time to
-first byte and throughput of a ``--size`` MiB file; while the proxy streams it, the manager's
-RSS is sampled every 20 ms (start, peak, end). Prints a table and writes
-``bench/results/apps.json``. Usage:
-    .venv/bin/python bench/apps.py [--size 200] [--requests 200]
+For each: latency of small requests (1 KiB file, p50/p90 over ``--requests``, the three ways
+interleaved request by request), then time to first byte and throughput of a ``--size`` MiB
+file (``--rounds`` downloads per way, in turn; medians); while the proxy streams it, the
+manager's RSS is sampled every 20 ms (start, peak, end). The added latency is the median of
+the (proxy - direct) differences of neighbouring requests and the throughput ratio the median
+of the rounds' (proxy / direct): on a shared machine whose load comes and goes these compare
+like with like. Prints a table and writes ``bench/results/apps.json``. Usage:
+    .venv/bin/python bench/apps.py [--size 200] [--requests 200] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -50,14 +53,12 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def small(c: httpx.Client, n: int, headers: dict[str, str]) -> dict[str, float]:
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        r = c.get("/small", headers=headers)
-        times.append(time.perf_counter() - t)
-        assert r.status_code == 200 and len(r.content) == 1024, r.status_code
-    return {"p50_ms": statistics.median(times) * 1000, "p90_ms": common.p90(times) * 1000}
+def get_small(c: httpx.Client, headers: dict[str, str]) -> float:
+    t = time.perf_counter()
+    r = c.get("/small", headers=headers)
+    elapsed = time.perf_counter() - t
+    assert r.status_code == 200 and len(r.content) == 1024, r.status_code
+    return elapsed
 
 
 def big(c: httpx.Client, size: int, headers: dict[str, str], pid: int | None) -> dict[str, Any]:
@@ -127,17 +128,24 @@ async def prepare(server: common.TroupeServer, size: int) -> tuple[str, str]:
         return sid, ip
 
 
-def measure(server: common.TroupeServer, sid: str, ip: str, n: int, size: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    r = httpx.post(
-        f"{server.url}/v1/sessions/{sid}/apps/{APP_PORT}",
-        headers={"Authorization": f"Bearer {server.key}"},
-    )
+def measure(
+    server: common.TroupeServer, sid: str, ip: str, n: int, size: int, rounds: int
+) -> dict[str, Any]:
+    """The three ways side by side: small requests interleaved (proxy, forward, direct, ...)
+    and ``rounds`` large downloads in turn, so that a busy machine's ups and downs fall on all
+    ways alike; the added latency is the median of each (proxy - direct) pair, the throughput
+    ratio the median of each round's."""
+    deadline = time.monotonic() + 60
+    while True:  # (409 until the server in main1 listens: a busy machine takes a while)
+        r = httpx.post(
+            f"{server.url}/v1/sessions/{sid}/apps/{APP_PORT}",
+            headers={"Authorization": f"Bearer {server.key}"},
+        )
+        if r.status_code != 409 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     r.raise_for_status()
     base, headers = enter(server, r.json()["url"])
-    with httpx.Client(base_url=base, timeout=120) as c:
-        small(c, 10, headers)  # (tunnels opened)
-        out["proxy"] = {**small(c, n, headers), **big(c, size, headers, server.proc.pid)}
     env = {**os.environ, "TROUPE_CONFIG_DIR": str(server.tmp / "config")}
     fwd = subprocess.Popen(
         [sys.executable, "-m", "troupe", "session", "forward", "bench-apps", f"0:{APP_PORT}"],
@@ -154,43 +162,82 @@ def measure(server: common.TroupeServer, sid: str, ip: str, n: int, size: int) -
             assert line, "troupe session forward printed no URL"
         url = re.search(r"http://127\.0\.0\.1:[0-9]+", line)
         assert url, line
-        with httpx.Client(base_url=url.group(0), timeout=120) as c:
-            small(c, 10, {})
-            out["forward"] = {**small(c, n, {}), **big(c, size, {}, None)}
+        ways = {
+            "proxy": (httpx.Client(base_url=base, timeout=120), headers, server.proc.pid),
+            "forward": (httpx.Client(base_url=url.group(0), timeout=120), {}, None),
+            "direct": (httpx.Client(base_url=f"http://{ip}:{APP_PORT}", timeout=120), {}, None),
+        }
+        try:
+            times: dict[str, list[float]] = {w: [] for w in ways}
+            for _ in range(10):  # (tunnels opened, connections kept)
+                for c, h, _pid in ways.values():
+                    get_small(c, h)
+            for _ in range(n):
+                for way, (c, h, _pid) in ways.items():
+                    times[way].append(get_small(c, h))
+            bigs: dict[str, list[dict[str, Any]]] = {w: [] for w in ways}
+            for _ in range(rounds):
+                for way, (c, h, pid) in ways.items():
+                    bigs[way].append(big(c, size, h, pid))
+        finally:
+            for c, _h, _pid in ways.values():
+                c.close()
     finally:
         fwd.terminate()
         fwd.wait(10)
-    with httpx.Client(base_url=f"http://{ip}:{APP_PORT}", timeout=120) as c:
-        small(c, 10, {})
-        out["direct"] = {**small(c, n, {}), **big(c, size, {}, None)}
-    return out
+    out: dict[str, Any] = {}
+    for way in ways:
+        out[way] = {
+            "p50_ms": statistics.median(times[way]) * 1000,
+            "p90_ms": common.p90(times[way]) * 1000,
+            "ttfb_ms": statistics.median(b["ttfb_ms"] for b in bigs[way]),
+            "mib_s": statistics.median(b["mib_s"] for b in bigs[way]),
+            "mib_s_rounds": [b["mib_s"] for b in bigs[way]],
+        }
+    rss = [b["rss_mib"] for b in bigs["proxy"]]
+    out["proxy"]["rss_mib"] = {
+        "start": rss[0]["start"],
+        "peak": max(x["peak"] for x in rss),
+        "end": rss[-1]["end"],
+    }
+    pairs = [p - d for p, d in zip(times["proxy"], times["direct"], strict=True)]
+    ratios = [p["mib_s"] / d["mib_s"] for p, d in zip(bigs["proxy"], bigs["direct"], strict=True)]
+    return {
+        "ways": out,
+        "added_p50_ms": statistics.median(pairs) * 1000,
+        "throughput_ratio": statistics.median(ratios),
+        "throughput_ratios": ratios,
+    }
 
 
 def report(result: dict[str, Any]) -> None:
-    print(f"{'way':8} {'p50 ms':>8} {'p90 ms':>8} {'TTFB ms':>8} {'MiB/s':>8}")
+    print(f"{'way':8} {'p50 ms':>8} {'p90 ms':>8} {'TTFB ms':>8} {'MiB/s':>8}  rounds")
     for way, r in result["ways"].items():
+        rounds = " ".join(f"{x:.0f}" for x in r["mib_s_rounds"])
         print(
-            f"{way:8} {r['p50_ms']:8.2f} {r['p90_ms']:8.2f} {r['ttfb_ms']:8.1f} {r['mib_s']:8.0f}"
+            f"{way:8} {r['p50_ms']:8.2f} {r['p90_ms']:8.2f} {r['ttfb_ms']:8.1f}"
+            f" {r['mib_s']:8.0f}  {rounds}"
         )
-    p, d = result["ways"]["proxy"], result["ways"]["direct"]
+    ratios = " ".join(f"{100 * x:.0f}%" for x in result["throughput_ratios"])
     print(
-        f"added latency p50: {p['p50_ms'] - d['p50_ms']:.2f} ms;"
-        f" throughput: {100 * p['mib_s'] / d['mib_s']:.0f}% of direct"
+        f"added latency p50 (median of proxy - direct pairs): {result['added_p50_ms']:.2f} ms;"
+        f" throughput: {100 * result['throughput_ratio']:.0f}% of direct (rounds: {ratios})"
     )
-    print(f"manager RSS during the download (MiB): {p['rss_mib']}")
+    print(f"manager RSS during the downloads (MiB): {result['ways']['proxy']['rss_mib']}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", type=int, default=200, help="MiB of the large file")
     ap.add_argument("--requests", type=int, default=200, help="small requests per way")
+    ap.add_argument("--rounds", type=int, default=3, help="large downloads per way")
     args = ap.parse_args()
     size = args.size * MIB
     server = common.start_server()
     try:
         sid, ip = asyncio.run(prepare(server, size))
-        ways = measure(server, sid, ip, args.requests, size)
-        result = {"size_mib": args.size, "requests": args.requests, "ways": ways}
+        measured = measure(server, sid, ip, args.requests, size, args.rounds)
+        result = {"size_mib": args.size, "requests": args.requests, **measured}
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(result, indent=2) + "\n")
         report(result)

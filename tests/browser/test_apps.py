@@ -173,9 +173,64 @@ def test_jupyter_kernel_runs_over_the_proxy_in_a_two_kernel_session(web: Web) ->
     expect(tab).to_have_title(re.compile("JupyterLab"), timeout=60_000)
     expect(tab.locator(".jp-LabShell")).to_be_visible(timeout=60_000)
     expect(tab.locator(".jp-Launcher").first).to_be_visible(timeout=30_000)
+    # the image's JupyterLab settings: no prompt to fetch Jupyter news (it needs the internet)
+    tab.wait_for_timeout(3000)
+    assert tab.get_by_text("Would you like to get notified").count() == 0
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     tab.screenshot(path=str(ARTIFACTS / "apps-jupyterlab.png"))
     printed = tab.evaluate(RUN_IN_KERNEL, CELL)
     assert printed.split() == ["main1,sub1", "sub1"], printed
     api(server, "DELETE", f"/sessions/{sid}")
     tab.close()
+
+
+#: Writes a scalar the way a training script in main1 does (torch's SummaryWriter), into the
+#: log directory the image's TensorBoard reads (/home/work/runs: torch's default is ./runs).
+SCALARS = (
+    "from torch.utils.tensorboard import SummaryWriter\n"
+    "w = SummaryWriter('/home/work/runs/demo')\n"
+    "for step in range(20):\n"
+    "    w.add_scalar('loss/train', 1.0 / (step + 1), step)\n"
+    "w.close()\n"
+)
+
+
+def test_tensorboard_shows_a_scalar_written_in_main1(web: Web) -> None:
+    server = web.server
+    body = {
+        "name": "apps-tensorboard",
+        "image": "troupe/pytorch:0.1.0",
+        "resources": {"cpu": 0.5, "mem": "1g"},
+    }
+    r = api(server, "POST", "/sessions", json=body)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    try:
+        r = api(server, "GET", f"/sessions/{sid}/wait", params={"until": "running", "timeout": 110})
+        assert r.status_code == 200 and r.json()["status"] == "RUNNING", r.text
+        command = {"command": ["python3", "-c", SCALARS], "user": "work"}
+        r = api(server, "POST", f"/sessions/{sid}/exec", json=command)
+        assert r.status_code == 200 and '"exit_code": 0' in r.text, r.text
+        signed_in(web)
+        page = web.go(f"/sessions/{sid}")
+        button = page.get_by_role("button", name="TensorBoard", exact=True)
+        with web.context.expect_page(timeout=90_000) as opened:
+            button.click()
+        tab = opened.value
+        tab.wait_for_url(
+            re.compile(rf"http://6006-{sid}\.apps\.localhost:[0-9]+/.*"), timeout=90_000
+        )
+        expect(tab).to_have_title(re.compile("TensorBoard"), timeout=60_000)
+        # the scalars dashboard: the run written in main1 and its tag's chart card
+        expect(tab.get_by_text("loss/train").first).to_be_visible(timeout=60_000)
+        expect(tab.get_by_text("demo").first).to_be_visible(timeout=30_000)
+        card = tab.locator("card-view, scalar-card").first
+        expect(card).to_be_visible(timeout=30_000)
+        # its data table: run "demo", the last value written (1 / 20) at step 19
+        expect(card).to_contain_text(re.compile(r"demo\s*[0-9.]+\s*0\.05\s*19"), timeout=30_000)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        tab.screenshot(path=str(ARTIFACTS / "apps-tensorboard.png"))
+        expect(page.locator("#apps")).to_contain_text("running")
+        tab.close()
+    finally:
+        api(server, "DELETE", f"/sessions/{sid}")

@@ -36,7 +36,7 @@ from troupe.manager.apps import tunnel
 from troupe.manager.apps.links import COOKIE, LINK_SECONDS, issue_link, links_of
 from troupe.manager.apps.origins import AppDomain, AppTarget
 from troupe.manager.config import ServerConfig
-from troupe.manager.store.models import Session
+from troupe.manager.store.models import Session, User
 from troupe.manager.web import signin
 
 PORT = 8888
@@ -546,10 +546,16 @@ class Socket:
     """A browser's WebSocket to an app's origin, run by the app itself over ASGI."""
 
     def __init__(
-        self, app: App, path: str, headers: list[tuple[bytes, bytes]], protocols: list[str]
+        self,
+        app: App,
+        path: str,
+        headers: list[tuple[bytes, bytes]],
+        protocols: list[str],
+        extensions: dict[str, Any] | None = None,
     ) -> None:
         assert app.h.app is not None
-        self.scope = {
+        self.scope: dict[str, Any] = {
+            "extensions": extensions or {},
             "type": "websocket",
             "asgi": {"version": "3.0", "spec_version": "2.4"},
             "http_version": "1.1",
@@ -626,3 +632,47 @@ def test_app_domain_names_one_app_per_host_and_owns_everything_under_it() -> Non
     assert ServerConfig(port=9000).app_domain == "apps.localhost:9000"
     with pytest.raises(ValueError, match="invalid app domain"):
         ServerConfig(app_domain="apps_example.com")
+
+
+# -- stream slots ------------------------------------------------------------------------------
+async def test_app_requests_and_websockets_hold_the_owners_stream_slots(app: App) -> None:
+    """Each relayed WebSocket and request holds one of the owner's stream slots while it
+    runs (like exec and terminals); one over the limit is refused clearly, never proxied."""
+    assert app.h.app is not None
+    async with app.h.app.state.db() as db:
+        owner = await db.get(User, app.owner_id)
+        assert owner is not None
+        owner.limits = {**(owner.limits or {}), "streams": 1}
+        await db.commit()
+    cookie = f"{COOKIE}={await app.enter()}"
+    headers = [(b"cookie", cookie.encode()), (b"origin", f"http://{app.host}".encode())]
+    first = Socket(app, "/ws", headers, [])
+    assert (await first.next())["type"] == "websocket.accept"
+    streams = app.h.app.state.streams
+    assert streams.open_count(app.owner_id) == 1
+    tunnels, seen = len(app.tunnels), len(app.upstream.requests)
+
+    second = Socket(app, "/ws", headers, [])
+    closed = await second.next()
+    assert closed["type"] == "websocket.close" and closed["code"] == 4429, closed
+    assert "too many concurrent streams" in closed["reason"]
+    assert "limit is 1" in closed["reason"] and "app requests" in closed["reason"]
+    await asyncio.wait_for(second.task, 5)
+    # a server with the denial-response extension (uvicorn) answers the handshake with a 429
+    denied = Socket(app, "/ws", headers, [], {"websocket.http.response": {}})
+    start = await denied.next()
+    assert start["type"] == "websocket.http.response.start" and start["status"] == 429, start
+    assert b"limit is 1" in (await denied.next())["body"]
+    await asyncio.wait_for(denied.task, 5)
+    async with app.client(cookie=cookie.split("=", 1)[1]) as c:
+        r = await c.get("/api/status")
+        assert r.status_code == 429 and "limit is 1" in r.text, r.text
+        assert len(app.tunnels) == tunnels and len(app.upstream.requests) == seen
+
+        first.inbox.put_nowait({"type": "websocket.receive", "text": "bye"})
+        assert (await first.next())["code"] == 4321
+        await asyncio.wait_for(first.task, 5)
+        assert streams.open_count(app.owner_id) == 0
+        r = await c.get("/api/status")
+        assert r.status_code == 200, r.text
+    assert streams.open_count(app.owner_id) == 0  # (the request's slot went when it ended)

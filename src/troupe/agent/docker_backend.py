@@ -26,10 +26,10 @@ from troupe.agent import exec as execs
 from troupe.agent import gpus as gpu_discovery
 from troupe.agent import logs as klogs
 from troupe.agent import metrics as kmetrics
-from troupe.agent import networks, ready, runtime
+from troupe.agent import netns, networks, ready, runtime
 from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
-from troupe.agent.exec import PipeIO, ShellIO
+from troupe.agent.exec import ShellIO
 from troupe.agent.files import discard, kernel_files, peers_started, remove_files
 from troupe.agent.images import ImageOps
 from troupe.agent.kernel import (
@@ -68,6 +68,7 @@ from troupe.api.errors import AgentFailed, TroupeError
 from troupe.api.exec import ExecItem
 from troupe.api.metrics import AgentMetrics
 from troupe.api.models import GpuInfo
+from troupe.api.pipe import Pipe
 
 log = logging.getLogger(__name__)
 
@@ -432,9 +433,9 @@ class DockerAgent(ImageOps):
     @contextlib.asynccontextmanager
     async def pipe(
         self, container_id: str, command: list[str], user: str = "work"
-    ) -> AsyncIterator[PipeIO]:
-        """A command with raw stdin/stdout (no TTY): tunnels and copies."""
+    ) -> AsyncIterator[Pipe]:
+        """A command with raw stdin/stdout (no TTY): tunnels (see agent.netns) and copies."""
         cid = await self.kernels.resolve(container_id)
         with self.kernels.gone_if_unknown(cid):
-            async with execs.open_pipe(self.docker, cid, command, user) as p:
+            async with netns.open_pipe(self.docker, cid, command, user) as p:
                 yield p

@@ -74,12 +74,15 @@ class PipeClient:
         try:
             # legacy=True: the connection outlives this call (closed by :meth:`close`), which
             # websockets 17 asks to be said explicitly
+            # (no per-message deflate: the bytes are a program's, often compressed already,
+            # and deflating every frame cost the manager more CPU than relaying it)
             self.conn: ClientConnection = connect(
                 url,
                 additional_headers=headers,
                 open_timeout=30,
                 max_size=4 * 1024 * 1024,
                 legacy=True,
+                compression=None,
             )
         except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as e:
             raise PipeFailed(f"cannot connect to {url.split('?')[0]}: {e}") from None

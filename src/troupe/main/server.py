@@ -95,7 +95,10 @@ def run(
         int | None, typer.Option(help="default per-user limit: GPUs (default: none)")
     ] = None,
     quota_streams: Annotated[
-        int, typer.Option(min=1, help="per-user limit: concurrent waits, follows, execs, shells")
+        int,
+        typer.Option(
+            min=1, help="per-user limit: concurrent waits, follows, execs, shells, app requests"
+        ),
     ] = defaults.QUOTA_STREAMS,
     default_time_limit: Annotated[
         str | None, typer.Option(help="time limit of sessions that give none, e.g. 1d")

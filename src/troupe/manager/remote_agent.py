@@ -280,7 +280,11 @@ class RemoteAgent:
         url, tls = self._ws_url(f"/containers/{container_id}/pipe")
         query = urlencode([("user", user), *(("cmd", c) for c in command)])
         try:
-            ws = await connect(f"{url}?{query}", additional_headers=self._headers, **tls)
+            # (no per-message compression: a tunnel's bytes are the app's, often compressed
+            # already; deflating every frame costs CPU on both ends for little gain)
+            ws = await connect(
+                f"{url}?{query}", additional_headers=self._headers, compression=None, **tls
+            )
         except InvalidStatus as e:
             body: Any = None
             with contextlib.suppress(ValueError):

@@ -1,5 +1,7 @@
 """Per-user limit on concurrent long requests ("streams"): ``wait`` long-polls, logs
-(followed or not: a merged log of many kernels takes a while), exec and terminals.
+(followed or not: a merged log of many kernels takes a while), exec, terminals, and the
+requests and WebSockets relayed to apps in main1 (:mod:`troupe.manager.apps.proxy`: each
+counts against the session owner's limit while it runs).
 
 Each one holds a :class:`Slot` from the moment its checks passed until it ends or its client
 goes away; one over the user's limit is refused with 429 (``too_many``) before its answer
@@ -73,7 +75,8 @@ class Streams:
         if n >= limit:
             raise TooMany(
                 f"too many concurrent streams: user {user.name!r} has {n} open (waits, logs,"
-                f" execs, shells) and the limit is {limit}; end one or try again later"
+                f" execs, shells, app requests and WebSockets) and the limit is {limit}; end one"
+                " or try again later"
             )
         self._open[user.id] = n + 1
         to = self.presence.hold(session_id) if session_id is not None else None

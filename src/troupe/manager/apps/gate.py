@@ -32,7 +32,7 @@ from troupe.manager import kernel_io, websessions
 from troupe.manager.apps import secret
 from troupe.manager.apps.links import COOKIE, cookie_valid
 from troupe.manager.apps.origins import AppTarget
-from troupe.manager.store.models import Session
+from troupe.manager.store.models import Session, User
 
 
 class Refused(Exception):
@@ -45,10 +45,12 @@ class Refused(Exception):
 
 @dataclass(frozen=True)
 class Access:
-    """Where an allowed request goes: the agent of main1 and its container."""
+    """Where an allowed request goes: the agent of main1 and its container; ``owner`` is
+    whose stream slot the request holds while it runs."""
 
     agent: AgentBackend
     container_id: str
+    owner: User
 
 
 REOPEN = "open the app again from its session page (or troupe session open)"
@@ -165,7 +167,7 @@ def running(state: State, s: Session) -> Access:
         raise Refused(502, e.message) from e
     except TroupeError as e:
         raise Refused(409, e.message) from e
-    return Access(agent, container_id)
+    return Access(agent, container_id, s.owner)
 
 
 async def admit(state: State, conn: HTTPConnection, target: AppTarget) -> Access:

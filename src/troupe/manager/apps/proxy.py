@@ -13,6 +13,10 @@ proxy. On an app's origin:
   checks them (Jupyter) sees a same-origin request; ``X-Forwarded-For/-Host/-Proto`` say who
   asked. Bodies stream both ways, a chunk at a time: a 1 GB download keeps the manager's
   memory flat. Answers (redirects, cookies) come back unchanged: the app has the origin.
+
+Each relayed request and WebSocket holds one of the session owner's stream slots
+(:mod:`troupe.manager.streams`) while it runs, like an exec or a terminal: one over the limit
+is refused with 429 (a WebSocket: closed with 4429 before it is accepted), never proxied.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from starlette.requests import HTTPConnection
 from starlette.responses import HTMLResponse, RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from troupe.api.errors import TroupeError
+from troupe.api.errors import TooMany, TroupeError
 from troupe.manager import websessions
 from troupe.manager.apps import secret, sockets
 from troupe.manager.apps.gate import (
@@ -43,7 +47,7 @@ from troupe.manager.apps.gate import (
 from troupe.manager.apps.links import COOKIE, COOKIE_SECONDS, ENTER_PATH, links_of, make_cookie
 from troupe.manager.apps.origins import AppTarget
 from troupe.manager.apps.tunnel import Tunnels
-from troupe.manager.presence import presence_of
+from troupe.manager.streams import streams_of
 
 #: Headers of one connection, not of the message (RFC 9110, 7.6.1): never forwarded.
 HOP_BY_HOP = frozenset(
@@ -117,10 +121,14 @@ async def serve(
             await enter(state, target, scope, receive, send)
             return
         access = await admit(state, conn, target)
+        slot = streams_of(conn).open(access.owner, target.session_id)  # in use: not idle
     except Refused as e:
         await refuse(e, scope, receive, send)
         return
-    with presence_of(state).hold(target.session_id):  # an app in use: the session is not idle
+    except TooMany as e:
+        await refuse(Refused(429, e.message), scope, receive, send)
+        return
+    with slot:
         if scope["type"] == "websocket":
             await sockets.relay(access, target, scope, receive, send, upstream_headers(scope))
         else:
@@ -128,7 +136,17 @@ async def serve(
 
 
 async def refuse(e: Refused, scope: Scope, receive: Receive, send: Send) -> None:
+    """The refusal's page; a WebSocket's handshake is answered with it too where the server
+    can (the ASGI denial-response extension: the client sees the status, e.g. 429, and the
+    sentence, not a bare 403), else it is closed with code 4000 + the status and the reason."""
     if scope["type"] == "websocket":
+        if "websocket.http.response" in (scope.get("extensions") or {}):
+            refusal = page(e.http_status, e.message)
+            headers = [(k, v) for k, v in refusal.raw_headers if k != b"content-length"]
+            start = {"type": "websocket.http.response.start", "status": e.http_status}
+            await send({**start, "headers": headers})
+            await send({"type": "websocket.http.response.body", "body": refusal.body})
+            return
         await send({"type": "websocket.close", "code": 4000 + e.http_status, "reason": e.message})
         return
     await page(e.http_status, e.message)(scope, receive, send)

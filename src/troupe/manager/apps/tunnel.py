@@ -29,7 +29,8 @@ IDLE_SECONDS = 60.0
 KEEPALIVE_SECONDS = 30.0
 #: Tunnels open at once to one app (a browser opens about 6 per origin; long polls add some).
 MAX_TUNNELS = 32
-#: Chunks read ahead from a tunnel (each up to the relay's 64 KiB): memory stays bounded.
+#: Chunks read ahead from a tunnel (each up to 64 KiB from the relay, 256 KiB from a socket in
+#: the kernel's namespace, troupe.agent.netns): memory stays bounded.
 READ_AHEAD = 4
 #: Longest kept of a relay's diagnostics.
 MAX_STDERR = 4096
@@ -44,6 +45,7 @@ class TunnelStream(httpcore.AsyncNetworkStream):
         self._stack, self._pipe = stack, pipe
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(READ_AHEAD)
         self._buffer = b""
+        self._offset = 0  # (where the unread part of _buffer begins)
         self._eof = False
         self._received = False
         self.stderr = bytearray()
@@ -72,8 +74,16 @@ class TunnelStream(httpcore.AsyncNetworkStream):
                 if not self._received and self.stderr:
                     raise httpcore.ConnectError(self.stderr.decode(errors="replace").strip())
             else:
-                self._buffer, self._received = item, True
-        data, self._buffer = self._buffer[:max_bytes], self._buffer[max_bytes:]
+                self._buffer, self._offset, self._received = item, 0, True
+        if self._offset == 0 and len(self._buffer) <= max_bytes:  # (the usual case: no copy)
+            data, self._buffer = self._buffer, b""
+            return data
+        end = self._offset + max_bytes  # (a chunk larger than httpcore reads: one copy each)
+        data = self._buffer[self._offset : end]
+        if end >= len(self._buffer):
+            self._buffer, self._offset = b"", 0
+        else:
+            self._offset = end
         return data
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
@@ -100,7 +110,7 @@ class TunnelStream(httpcore.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> Any:
         if info == "is_readable":  # asked of idle tunnels: true when the app closed it
-            return self._eof or bool(self._buffer) or not self._queue.empty()
+            return self._eof or len(self._buffer) > self._offset or not self._queue.empty()
         return None
 
 

@@ -10,7 +10,9 @@
   const list = box.querySelector('[data-slot="list"]');
   const error = box.querySelector('[data-slot="error"]');
   const STATES = {running: "ok", starting: "wait", failed: "bad", stopped: ""};
-  const label = (name) => name.charAt(0).toUpperCase() + name.slice(1);
+  // Names as their projects write them; any other app: its name, capitalised.
+  const NAMES = {jupyter: "Jupyter", tensorboard: "TensorBoard", vscode: "VS Code"};
+  const label = (name) => NAMES[name] || name.charAt(0).toUpperCase() + name.slice(1);
 
   function render(apps) {
     list.replaceChildren(...apps.map((a) => {
