@@ -17,7 +17,7 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from tests.inprocess.conftest import Harness
 from troupe.api import edge
 from troupe.api import errors as E
-from troupe.api.errors import ErrorBody
+from troupe.api.error_body import ErrorBody
 from troupe.manager import openapi
 from troupe.manager.app import create_app
 

@@ -1,6 +1,6 @@
 """The HTTP edge shared by the manager's and the agent's FastAPI apps: domain errors, request
 validation and anything unexpected all leave in one shape, ``{"error": {...}}``
-(:class:`~troupe.api.errors.ErrorBody`), never as a stack trace; and the OpenAPI document
+(:class:`~troupe.api.error_body.ErrorBody`), never as a stack trace; and the OpenAPI document
 says so (:func:`document_errors`). Only servers import this module (it loads FastAPI)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from troupe.api import errors as E
-from troupe.api.errors import ErrorBody
+from troupe.api.error_body import ErrorBody
 
 log = logging.getLogger(__name__)
 

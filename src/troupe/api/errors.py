@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.json_schema import SkipJsonSchema
-
 
 class TroupeError(Exception):
     """Base of every domain error. ``field`` names the request field at fault, ``kernel`` the
@@ -154,28 +151,3 @@ def from_wire(status: int, body: Any, fallback: str = "") -> TroupeError:
     if cls is TroupeError:
         e.code = str(err.get("code") or "error")  # type: ignore[misc]
     return e
-
-
-class ErrorDetail(BaseModel):
-    """What went wrong, as ``TroupeError.to_wire`` writes it and ``from_wire`` reads it
-    (above); the edge (:mod:`troupe.api.edge`) sets the HTTP status from
-    ``code``. The one error shape of the manager's and the agents' APIs."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    code: str = Field(
-        pattern=r"^[a-z_]+$", description="what kind of error, e.g. not_found, quota_exceeded"
-    )
-    message: str = Field(min_length=1, description="for people; starts with the field it names")
-    field: str | None = Field(description="the request field at fault, if one is")
-    kernel: str | SkipJsonSchema[None] = Field(
-        None, description="the kernel concerned (only when one is)"
-    )
-
-
-class ErrorBody(BaseModel):
-    """Every error answer (4xx, 5xx): ``{"error": {...}}``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    error: ErrorDetail

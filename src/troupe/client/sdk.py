@@ -28,6 +28,7 @@ from troupe.api import exec as exec_frames
 from troupe.client.paths import api_path, session_path
 from troupe.client.sdk_events import EventReads
 from troupe.client.sdk_registries import RegistryCalls
+from troupe.client.sdk_users import UserCalls
 from troupe.client.settings import load_settings, plain_http
 
 if TYPE_CHECKING:
@@ -42,9 +43,7 @@ if TYPE_CHECKING:
         SessionCreate,
         SessionInfo,
         SessionSSH,
-        UserInfo,
     )
-    from troupe.api.users import LimitsUpdate, UserDetail, UserListed
 
 __all__ = ["Client", "TroupeError", "UnexpectedAnswer", "load_settings"]
 
@@ -109,10 +108,6 @@ def _raise_for(resp: httpx.Response) -> None:
     raise errors.from_wire(resp.status_code, body, resp.text or resp.reason_phrase)
 
 
-def _user_path(name: str | None) -> str:
-    return api_path("users", "me" if name is None else name)
-
-
 def _exec_body(command: list[str], kernel: str, user: str) -> dict[str, Any]:
     """The body of an exec request. A plainly valid one is built as it is; anything else goes
     through :class:`~troupe.api.models.ExecRequest`; what it refuses raises :class:`Invalid`."""
@@ -132,7 +127,7 @@ def _exec_body(command: list[str], kernel: str, user: str) -> dict[str, Any]:
     return body
 
 
-class Client(EventReads, RegistryCalls):
+class Client(EventReads, RegistryCalls, UserCalls):
     def __init__(
         self, url: str | None = None, api_key: str | None = None, timeout: float = 60.0
     ) -> None:
@@ -344,50 +339,6 @@ class Client(EventReads, RegistryCalls):
 
     def delete_folder(self, name: str) -> None:
         self._req("DELETE", api_path("folders", name))
-
-    def create_user(self, name: str, admin: bool = False) -> UserInfo:
-        from troupe.api.models import UserInfo
-
-        return _one(UserInfo, self._req("POST", "/users", json={"name": name, "admin": admin}))
-
-    def list_users(self) -> list[UserListed]:
-        """Users (admin), each with ``revoked``."""
-        from troupe.api.users import UserListed
-
-        return _many(UserListed, self._req("GET", "/users"))
-
-    def get_user(self, name: str | None = None) -> UserDetail:
-        """A user (admin; None: yourself) with ``limits`` (effective, null: none),
-        ``overrides`` (set by an admin) and ``usage`` (held by active sessions)."""
-        from troupe.api.users import UserDetail
-
-        return _one(UserDetail, self._req("GET", _user_path(name)))
-
-    def set_user_limits(self, name: str, limits: LimitsUpdate | dict[str, Any]) -> UserDetail:
-        """Sets the keys given (admin): sessions, kernels, cpu, mem, gpu, streams,
-        max_priority, groups; a key given None goes back to the server's default."""
-        from troupe.api.users import UserDetail
-
-        if not isinstance(limits, dict):
-            limits = limits.model_dump(mode="json", exclude_unset=True)
-        return _one(UserDetail, self._req("PUT", _user_path(name) + "/limits", json=limits))
-
-    def revoke_user(self, name: str) -> UserListed:
-        """The user's key stops working at once (admin)."""
-        from troupe.api.users import UserListed
-
-        return _one(UserListed, self._req("POST", _user_path(name) + "/revoke"))
-
-    def rotate_key(self, name: str | None = None) -> UserInfo:
-        """A new key (``api_key``, shown once) for ``name`` (admin) or yourself (None); the
-        old one stops working."""
-        from troupe.api.models import UserInfo
-
-        return _one(UserInfo, self._req("POST", _user_path(name) + "/rotate"))
-
-    def delete_user(self, name: str) -> None:
-        """Deletes a user without active sessions, and their folders (admin)."""
-        self._req("DELETE", _user_path(name))
 
     def list_agents(self) -> list[AgentInfo]:
         from troupe.api.models import AgentInfo
