@@ -18,6 +18,7 @@ import pytest
 from tests.inprocess.conftest import Harness, eventually
 from tests.inprocess.helpers import error_of, running, signed_in
 from tests.inprocess.test_errors import new_user
+from tests.inprocess.test_events import events
 from troupe.api.exec import ExecItem
 from troupe.manager.reaper import STOP_COMMAND, Reaper
 
@@ -70,6 +71,10 @@ async def test_time_limit_stops_every_kernel_and_ends_with_the_reason(
     stops = [(cmd, user) for _, cmd, user in seen if cmd == STOP_COMMAND]
     assert stops == [(STOP_COMMAND, "root")] * 2
     assert h.local.session_ids() == set()
+    evs = await events(h.client, "short")
+    assert [(e["kind"], e["actor"]) for e in evs if e["kind"] == "time-limit"] == [
+        ("time-limit", "policy time_limit")
+    ], evs
 
 
 async def test_batch_past_its_grace_ends_with_124(make_manager: MakeManager) -> None:
@@ -251,6 +256,15 @@ async def test_untouched_session_is_destroyed_after_its_idle_timeout(manager: Ha
     assert s["status_info"]["reason"] == "idle for 30 s"
     assert s["status_info"]["idle_timeout"] == 30
     assert manager.local.session_ids() == set()
+    # the event list warned once, when the idle spell began, and names the policy as the actor
+    evs = await events(manager.client, "forgot")
+    warned = [e for e in evs if e["kind"] == "idle-warning"]
+    assert len(warned) == 1 and warned[0]["actor"] == "policy idle_timeout", evs
+    assert "unless used (idle_timeout 30 s)" in warned[0]["message"], warned
+    assert [(e["status"], e["actor"]) for e in evs][-2:] == [
+        ("TERMINATING", "policy idle_timeout"),
+        ("TERMINATED", "policy idle_timeout"),
+    ]
 
 
 async def test_an_open_exec_keeps_the_session(manager: Harness) -> None:

@@ -25,10 +25,11 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from sqlalchemy import or_, select, update
 
+from troupe.api.durations import format_duration
 from troupe.api.errors import TroupeError
 from troupe.api.lifecycle import KernelStatus, SessionStatus
 from troupe.api.session_times import deadline
@@ -38,8 +39,11 @@ from troupe.manager.metrics import KERNEL_COLUMNS, KernelSeries
 from troupe.manager.metrics_feed import Feed
 from troupe.manager.presence import Presence
 from troupe.manager.registry import Registry
-from troupe.manager.session_events import policy
+from troupe.manager.session_events import policy, record_event
 from troupe.manager.store.models import Session
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import CursorResult
 
 log = logging.getLogger(__name__)
 S = SessionStatus
@@ -199,6 +203,10 @@ class Reaper:
 
         running = [k for k in s.kernels if k.status == KernelStatus.RUNNING and k.container_id]
         log.info("session %s reached its time limit: stopping %d kernel(s)", s.id, len(running))
+        async with self.registry.store() as db:
+            message = f"time limit reached: SIGTERM to every kernel, ends within {s.stop_grace} s"
+            await record_event(db, s.id, "time-limit", message, policy("time_limit"))
+            await db.commit()
         await asyncio.gather(*(one(k) for k in running))
 
     async def _end_time_limit(self, session_id: str) -> None:
@@ -231,7 +239,9 @@ class Reaper:
         quiet = self._quiet_since(r, now, series, stored)
         same = quiet == stored or (quiet and stored and abs(quiet - stored) < 0.5)
         if not same:
-            await self._store_idle(r.id, None if quiet is None else _utc(quiet))
+            since = None if quiet is None else _utc(quiet)
+            warn = stored is None and since is not None  # a new idle spell: say when it ends
+            await self._store_idle(r.id, since, idle_timeout if warn else None)
         if quiet is None:
             return now + ACTIVE_SECONDS
         end = quiet + idle_timeout
@@ -240,16 +250,28 @@ class Reaper:
         self._job(r.id, self._end_idle(r.id, idle_timeout), "idle-end")
         return math.inf
 
-    async def _store_idle(self, session_id: str, since: datetime | None) -> None:
+    async def _store_idle(
+        self, session_id: str, since: datetime | None, warn: int | None = None
+    ) -> None:
+        """Stores the idle clock; with ``warn`` (the idle timeout), the session's event list
+        gets an ``idle-warning`` saying when it will be reclaimed unless used."""
         # A plain UPDATE, not a versioned ORM write: only the reaper writes idle_since, and a
         # version bump would make every other writer of the session retry.
         async with self.registry.store() as db:
-            await db.execute(
+            done = await db.execute(
                 update(Session)
                 .where(Session.id == session_id, Session.status == S.RUNNING)
                 .values(idle_since=since)
                 .execution_options(synchronize_session=False)
             )
+            if warn is not None and since is not None and cast("CursorResult[Any]", done).rowcount:
+                ends = since.timestamp() + warn
+                message = (
+                    f"idle since {since:%H:%M:%S} UTC: reclaimed at"
+                    f" {_utc(ends):%H:%M:%S} UTC unless used (idle_timeout"
+                    f" {format_duration(warn)})"
+                )
+                await record_event(db, session_id, "idle-warning", message, policy("idle_timeout"))
             await db.commit()
 
     async def _end_idle(self, session_id: str, idle_timeout: int) -> None:

@@ -40,7 +40,7 @@ _WRITTEN = "troupe.events_written"
 #: Events kept per session; older ones are deleted as new ones come.
 CAP = 500
 #: The known kinds of events (``status`` is written by :func:`write_pending` only).
-KINDS = ("status", "kernel-exit", "oom", "restart", "app-open", "idle-warning")
+KINDS = ("status", "kernel-exit", "oom", "restart", "app-open", "idle-warning", "time-limit")
 
 #: Actors besides users and admins (``user NAME``, ``admin NAME``) and ``policy NAME``.
 SCHEDULER, SYSTEM = "scheduler", "system"
