@@ -14,7 +14,7 @@ import aiodocker
 import pytest
 
 from tests.conftest import BASE_IMAGE, ROOT, docker
-from troupe.agent import netns
+from troupe.agent import netns, runtime
 from troupe.api.pipe import RUNNER_DIR, STDERR, STDOUT, Pipe, relay_command
 
 pytestmark = pytest.mark.docker
@@ -39,7 +39,9 @@ async def kernel(docker_engine: None) -> AsyncIterator[tuple[aiodocker.Docker, s
     """A container serving :data:`SERVER` (the agent's own pipe, as the agent calls it)."""
     name = f"troupe-test-netns-{uuid.uuid4().hex[:6]}"
     runner = f"{ROOT / 'src' / 'troupe' / 'runner'}:{RUNNER_DIR}:ro"  # (relay.sh)
-    docker("run", "-d", "--name", name, "-v", runner, "--entrypoint", "python3", BASE_IMAGE,
+    # the kernel runtime too, as the agent mounts it (its exec'd commands start with its sh)
+    mounts = [x for bind in [runner, *runtime.bind(runtime.host_dir())] for x in ("-v", bind)]
+    docker("run", "-d", "--name", name, *mounts, "--entrypoint", "python3", BASE_IMAGE,
            "-c", SERVER)  # fmt: skip
     engine = aiodocker.Docker()
     try:
