@@ -11,7 +11,8 @@ import random
 import statistics
 import time
 
-from troupe.manager.scheduler import AgentState, Request, schedule
+from troupe.manager.scheduler import AgentState, Request
+from troupe.manager.scheduler_backlog import schedule
 
 G = 1024**3
 
