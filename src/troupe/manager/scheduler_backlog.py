@@ -144,10 +144,11 @@ class Backlog:
 
     # --- the pass --------------------------------------------------------------------------
 
-    def run(self) -> Decision:
+    def run(self, report: bool = True) -> Decision:
         """One pass: places what fits, highest priority first, then first come; a session that
-        does not fit does not hold back smaller ones behind it. ``waiting`` names the sessions
-        whose queue this pass looked at, with why they wait."""
+        does not fit does not hold back smaller ones behind it. With ``report``, ``waiting``
+        names the sessions whose queue this pass looked at, with why they wait (on the agents
+        as the pass left them; :meth:`why` tells it for any waiting session)."""
         decision = Decision()
         heap: list[tuple[Rank, int, QueueKey]] = []
         for key, q in self.queues.items():
@@ -157,7 +158,7 @@ class Backlog:
                 heappush(heap, (rank_of(q.items[0]), 0, key))
         self.grown = {}
         for pool in self.pools.values():
-            pool.failed = []
+            pool.failed = {}
         looked: list[_Queue] = []
         placed_at: dict[QueueKey, list[int]] = {}
         while heap:
@@ -189,8 +190,16 @@ class Backlog:
                 q.items = [it for i, it in enumerate(q.items) if i not in gone]
         for sid in decision.placements:
             del self.queue_of[sid]
-        self._report(looked, decision)
+        if report:
+            self._report(looked, decision)
         return decision
+
+    def why(self, session_id: str) -> list[str]:
+        """Why a waiting session waits, on the agents as they are now."""
+        q = self.queues[self.queue_of[session_id]]
+        decision = Decision()
+        self._report([q], decision)
+        return decision.waiting[session_id]
 
     def _may_fit_now(self, q: _Queue) -> bool:
         """Whether a dead queue may fit on the agents as they are now (module docstring);

@@ -69,8 +69,9 @@ class Pool:
         self.total_cpu = 0.0
         #: bumped by every change: a request that failed at one version fails again at it
         self.version = 0
-        #: plain shapes that failed in the current pass (kept minimal, see :func:`_covers`)
-        self.failed: list[Shape] = []
+        #: plain shapes that failed in the current pass (kept minimal, see :func:`_covers`),
+        #: each with its :attr:`last_total`
+        self.failed: dict[Shape, int | None] = {}
         #: how the last :meth:`place` failed: True when more room is the only way to fit
         self.monotone = True
         #: after a plain multi-node failure: how many of its kernels fit over all agents
@@ -97,8 +98,13 @@ class Pool:
         if f[2] > 0:
             bucket = self.by_gpu[int(f[2])]
             del bucket[bisect_left(bucket, entry)]
-        bucket = self.by_mem[_level(f[1])]
+            if not bucket:  # searches walk the buckets: no empty ones
+                del self.by_gpu[int(f[2])]
+        level = _level(f[1])
+        bucket = self.by_mem[level]
         del bucket[bisect_left(bucket, entry)]
+        if not bucket:
+            del self.by_mem[level]
         self.total_cpu -= max(f[0], 0.0)
 
     def _index(self, agent_id: str) -> None:
@@ -145,8 +151,11 @@ class Pool:
         self.monotone, self.last_total = True, None
         if req.parts:
             return self._place_roles(req)
-        if any(_covers(f, shape) for f in self.failed):
-            return None
+        for f, total in self.failed.items():
+            if _covers(f, shape):
+                # it asks at least as much per kernel: at most as many of its kernels fit
+                self.last_total = total if f[2] <= shape[2] else None
+                return None
         size = req.size
         whole = self.whole_fit(req.cpu * size, req.mem * size, req.gpu * size)
         if whole is not None:
@@ -156,8 +165,9 @@ class Pool:
             placed = self._spread(req)
         if placed is None:
             # Kept minimal: a failure the new one covers goes (it rejects nothing more).
-            self.failed = [f for f in self.failed if not _covers(shape, f)]
-            self.failed.append(shape)
+            failed = {f: t for f, t in self.failed.items() if not _covers(shape, f)}
+            failed[shape] = self.last_total
+            self.failed = failed
         return placed
 
     def whole_fit(self, cpu: float, mem: float, gpu: float) -> str | None:
@@ -198,7 +208,8 @@ class Pool:
         by_cpu, free, size = self.by_cpu, self.free, req.size
         cpu, mem, gpu = req.cpu, req.mem, req.gpu
         if self.total_cpu + 1e-6 < cpu * size:  # a margin for the running sum's rounding
-            self.last_total = 0 if cpu <= 0 else int((self.total_cpu + 1e-6) // cpu)
+            # a bound, with room for each agent's EPS and the running sum's rounding
+            self.last_total = int((self.total_cpu + len(self) * EPS + 1e-6) // cpu) + 1
             return None
         out: list[str] = []
         got = 0
@@ -206,6 +217,8 @@ class Pool:
         for i in range(len(by_cpu) - 1, lo - 1, -1):
             agent_id = by_cpu[i][1]
             f = free[agent_id]
+            if f[1] < mem or f[2] < gpu:
+                continue
             n = int((f[0] + EPS) // cpu) if cpu > 0 else 10**9
             if mem > 0:
                 n = min(n, int(f[1] // mem))
