@@ -46,7 +46,7 @@ def rank_of(req: Request) -> Rank:
 class _Queue:
     """The waiting sessions of one shape in one group, in rank order."""
 
-    __slots__ = ("dead", "group", "items", "shape", "total")
+    __slots__ = ("dead", "group", "items", "shape", "total", "why")
 
     def __init__(self, key: QueueKey) -> None:
         self.group, self.shape = key[0], key[1:]
@@ -54,6 +54,8 @@ class _Queue:
         self.dead = False
         #: dead plain multi-node: at least the kernels of its shape that fit over the group
         self.total: int | None = None
+        #: dead multi-node with roles: the pool's :attr:`Pool.reason`
+        self.why = ""
 
 
 class Backlog:
@@ -158,7 +160,7 @@ class Backlog:
                 heappush(heap, (rank_of(q.items[0]), 0, key))
         self.grown = {}
         for pool in self.pools.values():
-            pool.failed = {}
+            pool.failed, pool.counts = {}, {}
         looked: list[_Queue] = []
         placed_at: dict[QueueKey, list[int]] = {}
         while heap:
@@ -177,7 +179,7 @@ class Backlog:
                 decision.placements[req.session_id] = placed
                 placed_at.setdefault(key, []).append(at)
             elif group.monotone:
-                q.dead, q.total = True, group.last_total
+                q.dead, q.total, q.why = True, group.last_total, group.reason
                 continue
             if at + 1 < len(q.items):
                 heappush(heap, (rank_of(q.items[at + 1]), at + 1, key))
@@ -215,7 +217,7 @@ class Backlog:
                 sum(p.mem * p.kernels for p in parts),
                 sum(p.gpu * p.kernels for p in parts),
             )
-            if mode == ClusterMode.MULTI_NODE:
+            if mode == ClusterMode.MULTI_NODE and q.why != "count":
                 return any(a in pool.free for a in grown)
         else:
             need = (cpu * size, mem * size, gpu * size)
@@ -228,13 +230,17 @@ class Backlog:
                 continue
             if f[0] + EPS >= need[0] and f[1] >= need[1] and f[2] >= need[2]:
                 fits = True
-            if mode == ClusterMode.MULTI_NODE and not parts:
-                now = kernels_fitting(f[0], f[1], f[2], kernel)
-                gain += max(now - kernels_fitting(old[0], old[1], old[2], kernel), 0)
-        if mode == ClusterMode.MULTI_NODE and not parts and q.total is not None:
+            if mode == ClusterMode.MULTI_NODE:
+                # a role's kernels that fit nowhere near: only more of them fitting can cure
+                for k in parts or (kernel,):
+                    now = kernels_fitting(f[0], f[1], f[2], k)
+                    gain += max(now - kernels_fitting(old[0], old[1], old[2], k), 0)
+        if parts:
+            return fits or gain > 0
+        if mode == ClusterMode.MULTI_NODE and q.total is not None:
             q.total += gain
             return fits or q.total >= size
-        return fits or (mode == ClusterMode.MULTI_NODE and not parts)
+        return fits or mode == ClusterMode.MULTI_NODE
 
     def _report(self, looked: list[_Queue], decision: Decision) -> None:
         """Why each session of the looked-at queues waits, on the agents as the pass left them

@@ -19,7 +19,6 @@ from troupe.manager.scheduler import (
     AgentState,
     Part,
     Request,
-    _gang,
     _kernel_at_fault,
     _role_line,
     _shortage,
@@ -76,6 +75,11 @@ class Pool:
         self.monotone = True
         #: after a plain multi-node failure: how many of its kernels fit over all agents
         self.last_total: int | None = None
+        #: after a multi-node failure with roles: ``count`` when one role's kernels fit
+        #: nowhere near (:meth:`count`), else ``room``
+        self.reason = ""
+        #: kernel shape -> at least how many of them fit over the group (this pass)
+        self.counts: dict[tuple[float, float, float], int] = {}
         for a in agents:
             self.base[a.id] = a
             self.used[a.id] = [a.cpu_used, a.mem_used, a.gpu_used]
@@ -240,17 +244,40 @@ class Pool:
         whole = self.whole_fit(cpu, mem, gpu)
         if whole is not None:
             return [whole] * req.size
-        if req.mode != ClusterMode.MULTI_NODE or self.total_cpu + 1e-6 < cpu:
+        if req.mode != ClusterMode.MULTI_NODE:
             return None
+        self.reason = "room"
+        if self.total_cpu + 1e-6 < cpu:
+            return None
+        for part in req.parts:
+            if self.count(part) < part.kernels:  # too few even if it had every agent alone
+                self.reason = "count"
+                return None
         placed = self._spread_roles(req)
-        if placed is None:
+        if isinstance(placed, Part):
             self.monotone = False  # greedy packing may fail with more room and fit with less
+            return None
         return placed
 
-    def _spread_roles(self, req: Request) -> list[str] | None:
+    def count(self, part: Part) -> int:
+        """At least how many kernels of ``part``'s shape fit over the group: exact when first
+        asked in a pass, a bound after (room only shrinks within a pass)."""
+        key = (part.cpu, part.mem, part.gpu)
+        n = self.counts.get(key)
+        if n is None:
+            free, cpu, mem, gpu = self.free, part.cpu, part.mem, part.gpu
+            n = 0
+            for f in free.values():
+                if f[1] >= mem and f[2] >= gpu and f[0] + EPS >= cpu:
+                    n += kernels_fitting(f[0], f[1], f[2], part)
+            self.counts[key] = n
+        return n
+
+    def _spread_roles(self, req: Request) -> list[str] | Part:
         """The plain gang rule (:func:`troupe.manager.scheduler._gang`) without copying the
         group: the agents this gang took from are re-sorted as each role starts and merged
-        with the untouched ones, which stay in the index's order."""
+        with the untouched ones, which stay in the index's order. The agents by rank, or the
+        first kernel that fits nowhere."""
         by_cpu, base = self.by_cpu, self.base
         local: dict[str, list[float]] = {}  # agent id -> in use, with this gang's kernels
         out: list[str] = []
@@ -268,7 +295,8 @@ class Pool:
                     agent_id = touched[t][1]
                     t += 1
                 else:
-                    return None
+                    idx = part.kernels - left + 1
+                    return Part(f"{part.role}{idx}", 1, part.cpu, part.mem, part.gpu)
                 a = base[agent_id]
                 u = local.get(agent_id) or self.used[agent_id]
                 n = min(kernels_fitting(a.cpu - u[0], a.mem - u[1], a.gpu - u[2], part), left)
@@ -301,5 +329,5 @@ class Pool:
     def _kernel_short(self, req: Request) -> Part:
         """The first kernel of a multi-node ``req`` with roles that the gang rule cannot
         place now (its first kernel if it would fit)."""
-        placed = _gang(req, [self.agent(a) for a in self.base])
+        placed = self._spread_roles(req)
         return placed if isinstance(placed, Part) else req.kernel_shapes()[0]
