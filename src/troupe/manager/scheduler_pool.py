@@ -80,6 +80,7 @@ class Pool:
         self.reason = ""
         #: kernel shape -> at least how many of them fit over the group (this pass)
         self.counts: dict[tuple[float, float, float], int] = {}
+        self._roomiest: tuple[tuple[int, int], list[AgentState]] = ((-1, 0), [])
         for a in agents:
             self.base[a.id] = a
             self.used[a.id] = [a.cpu_used, a.mem_used, a.gpu_used]
@@ -314,7 +315,10 @@ class Pool:
         """Why ``req`` does not fit: the agents closest to fitting it, one line each; with
         roles, each line names the role and the kernel that does not fit."""
         n = req.size if req.mode == ClusterMode.SINGLE_NODE else 1
-        roomiest = [self.agent(a) for _, a in reversed(self.by_cpu[-limit:])]
+        top = self.by_cpu[-limit:]
+        if self._roomiest[0] != (self.version, limit):  # the same for every report of a pass
+            self._roomiest = ((self.version, limit), [self.agent(a) for _, a in reversed(top)])
+        roomiest = self._roomiest[1]
         if req.parts and req.mode == ClusterMode.SINGLE_NODE:
             lines = [_role_line(*_kernel_at_fault(a, req)) for a in roomiest]
         elif req.parts:
