@@ -17,7 +17,7 @@ A multi-node session with roles whose gang (greedy, role by role) failed may fit
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heapreplace
 from operator import attrgetter
 
 from troupe.cluster.contract import ClusterMode
@@ -152,39 +152,44 @@ class Backlog:
         names the sessions whose queue this pass looked at, with why they wait (on the agents
         as the pass left them; :meth:`why` tells it for any waiting session)."""
         decision = Decision()
-        heap: list[tuple[Rank, int, QueueKey]] = []
-        for key, q in self.queues.items():
+        heap: list[tuple[Rank, int, _Queue]] = []
+        for q in self.queues.values():
             if q.dead and self._may_fit_now(q):  # also keeps an empty queue's bound true
                 q.dead = False
             if q.items and not q.dead:
-                heappush(heap, (rank_of(q.items[0]), 0, key))
+                heap.append((rank_of(q.items[0]), 0, q))  # ranks are unique: q never compared
+        heapify(heap)
         self.grown = {}
         for pool in self.pools.values():
             pool.failed, pool.counts = {}, {}
         looked: list[_Queue] = []
-        placed_at: dict[QueueKey, list[int]] = {}
+        placed_at: dict[_Queue, list[int]] = {}
+        placements = decision.placements
+        pools = self.pools
         while heap:
-            _, at, key = heappop(heap)
-            q = self.queues[key]
+            _, at, q = heap[0]
             if at == 0:
                 looked.append(q)
             req = q.items[at]
-            group = self.pools.get(q.group)
+            group = pools.get(q.group)
             if group is None or not len(group):
                 q.dead = True
+                heappop(heap)
                 continue
             placed = group.place(req, q.shape)
             if placed is not None:
                 _hold(group, req, placed)
-                decision.placements[req.session_id] = placed
-                placed_at.setdefault(key, []).append(at)
+                placements[req.session_id] = placed
+                placed_at.setdefault(q, []).append(at)
             elif group.monotone:
                 q.dead, q.total, q.why = True, group.last_total, group.reason
+                heappop(heap)
                 continue
             if at + 1 < len(q.items):
-                heappush(heap, (rank_of(q.items[at + 1]), at + 1, key))
-        for key, ats in placed_at.items():
-            q = self.queues[key]
+                heapreplace(heap, (rank_of(q.items[at + 1]), at + 1, q))
+            else:
+                heappop(heap)
+        for q, ats in placed_at.items():
             if ats[-1] == len(ats) - 1:
                 del q.items[: len(ats)]
             else:

@@ -123,11 +123,30 @@ class Pool:
         self.version += 1
 
     def hold(self, agent_id: str, cpu: float, mem: float, gpu: float) -> None:
-        """With this much more in use on ``agent_id``."""
-        self._unindex(agent_id)
-        u = self.used[agent_id]
+        """With this much more in use on ``agent_id`` (the hot path of a pass: every placement
+        moves its agents in the sorted lists)."""
+        f = self.free[agent_id]
+        old = (f[0], agent_id)
+        old_level, old_gpu = _level(f[1]), int(f[2])
+        u, a = self.used[agent_id], self.base[agent_id]
         u[0], u[1], u[2] = u[0] + cpu, u[1] + mem, u[2] + gpu
-        self._index(agent_id)
+        total = self.total_cpu - max(f[0], 0.0)
+        f[0], f[1], f[2] = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
+        self.total_cpu = total + max(f[0], 0.0)
+        new = (f[0], agent_id)
+        level, free_gpu = _level(f[1]), int(f[2])
+        for lists, was, now in ((self.by_mem, old_level, level), (self.by_gpu, old_gpu, free_gpu)):
+            if was > 0 or lists is self.by_mem:
+                bucket = lists[was]
+                del bucket[bisect_left(bucket, old)]
+                if not bucket:
+                    del lists[was]
+            if now > 0 or lists is self.by_mem:
+                insort(lists.setdefault(now, []), new)
+        by_cpu = self.by_cpu
+        del by_cpu[bisect_left(by_cpu, old)]
+        insort(by_cpu, new)
+        self.version += 1
 
     def set_agent(self, agent: AgentState) -> None:
         """``agent`` as it is now (new, or its capacity or use changed)."""
