@@ -305,6 +305,7 @@ class Pool:
             touched = sorted(((base[a].cpu - u[0], a) for a, u in local.items()), reverse=True)
             lo = bisect_left(by_cpu, (part.cpu - EPS, "")) if part.cpu > 0 else 0
             i, t, left = len(by_cpu) - 1, 0, part.kernels
+            pc, pm, pg = part.cpu, part.mem, part.gpu
             while left:
                 while i >= lo and by_cpu[i][1] in local:
                     i -= 1
@@ -319,7 +320,10 @@ class Pool:
                     return Part(f"{part.role}{idx}", 1, part.cpu, part.mem, part.gpu)
                 a = base[agent_id]
                 u = local.get(agent_id) or self.used[agent_id]
-                n = min(kernels_fitting(a.cpu - u[0], a.mem - u[1], a.gpu - u[2], part), left)
+                fc, fm, fg = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
+                if (pm > 0 and fm < pm) or (pg > 0 and fg < pg) or (pc > 0 and fc + EPS < pc):
+                    continue  # not one kernel: kernels_fitting's answer without its cost
+                n = min(kernels_fitting(fc, fm, fg, part), left)
                 if n:
                     local[agent_id] = [
                         u[0] + part.cpu * n,
