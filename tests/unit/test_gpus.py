@@ -13,7 +13,8 @@ from troupe.api.agent import LABEL_GPUS, AgentCapacity, KernelSpec
 from troupe.api.models import GpuInfo
 from troupe.cluster import build_cluster
 from troupe.manager.kernels import GPUS_VAR, SessionPlan, kernel_specs
-from troupe.manager.scheduler import AgentState, Request, assign_gpus, schedule
+from troupe.manager.scheduler import AgentState, Request, assign_gpus
+from troupe.manager.scheduler_backlog import schedule
 
 DATA = Path(__file__).parent / "data"
 MiB = 1024**2

@@ -6,7 +6,8 @@ from __future__ import annotations
 from tests.unit.test_scheduler import G, agent, req
 
 from troupe.manager.roles import request_of
-from troupe.manager.scheduler import Part, Request, schedule
+from troupe.manager.scheduler import Part, Request
+from troupe.manager.scheduler_backlog import schedule
 
 LOST = "agent {}: LOST (no heartbeat); waiting for it to come back"
 

@@ -1,13 +1,15 @@
 """Placement of pending sessions on agents (docs/contract.md, 'Placement'), as a pure function
 of plain data.
 
-No I/O and no clock: the registry loads the state, calls :func:`schedule` and records the
-placements in one transaction, so accounting stays exact and this stays easy to test.
+No I/O and no clock: the registry loads the state, calls
+:func:`troupe.manager.scheduler_backlog.schedule` and records the placements in one
+transaction, so accounting stays exact and this stays easy to test. This module holds the
+plain data and the fit rule; ``scheduler_pool`` indexes a group's agents by free capacity and
+``scheduler_backlog`` runs the passes.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -227,128 +229,6 @@ def _never_fits_roles(req: Request, idle: list[AgentState]) -> str | None:
     return None
 
 
-#: A request's shape: (multi-node, size, cpu, mem, gpu).
-Shape = tuple[bool, int, float, int, int]
-
-
-def _shape(req: Request) -> Shape:
-    return (req.mode == ClusterMode.MULTI_NODE, req.size, req.cpu, req.mem, req.gpu)
-
-
-def _covers(a: Shape, b: Shape) -> bool:
-    """Whether a request of shape ``b`` fails once one of shape ``a`` failed in this pass
-    (resources only shrink): it asks at least as much, and a single-node request fails where a
-    multi-node one of its shape did."""
-    return (
-        (a[0] or not b[0]) and a[1] <= b[1] and a[2] <= b[2] + EPS and a[3] <= b[3] and a[4] <= b[4]
-    )
-
-
-class _Group:
-    """The agents of one resource group, kept sorted by free cores for fast best-fit search.
-
-    Within one pass resources only shrink, so a request shape that failed stays failed: later
-    requests dominated by a failure are rejected without a search.
-    """
-
-    def __init__(self, agents: list[AgentState]) -> None:
-        self.state = {a.id: a for a in agents}
-        #: agent id -> [cores, bytes, GPUs] free; plain lists keep the hot loops cheap
-        self.free = {a.id: [a.cpu_free, a.mem_free, a.gpu_free] for a in agents}
-        self.by_cpu = sorted((a.cpu_free, a.id) for a in agents)
-        self.total_cpu = sum(max(a.cpu_free, 0.0) for a in agents)
-        self.failed: list[Shape] = []
-        self.version = 0
-
-    def take(self, agent_id: str, req: Request | Part, kernels: int) -> None:
-        self.hold(agent_id, req.cpu * kernels, req.mem * kernels, req.gpu * kernels)
-
-    def hold(self, agent_id: str, cpu: float, mem: int, gpu: int) -> None:
-        f = self.free[agent_id]
-        del self.by_cpu[bisect_left(self.by_cpu, (f[0], agent_id))]
-        f[0] -= cpu
-        f[1] -= mem
-        f[2] -= gpu
-        insort(self.by_cpu, (f[0], agent_id))
-        self.state[agent_id] = self.state[agent_id].hold(cpu, mem, gpu)
-        self.total_cpu -= cpu
-        self.version += 1
-
-    def fitting(self, agent_id: str, req: Request) -> int:
-        cpu, mem, gpu = self.free[agent_id]
-        return kernels_fitting(cpu, mem, gpu, req)
-
-    def place(self, req: Request) -> list[str] | None:
-        if req.parts:
-            return self._place_roles(req)
-        shape = _shape(req)
-        if any(_covers(f, shape) for f in self.failed):
-            return None
-        placed = self._place(req)
-        if placed is None:
-            # Kept minimal: a failure the new one covers goes (it rejects nothing more);
-            # every later request of the pass is checked against each one left.
-            self.failed = [f for f in self.failed if not _covers(shape, f)]
-            self.failed.append(shape)
-        return placed
-
-    def _place(self, req: Request) -> list[str] | None:
-        # One agent for the whole session when one fits: the tightest fit in cores keeps big
-        # holes for big sessions. Agents from ``start`` on have the cores; check the rest.
-        need_cpu, need_mem, need_gpu = req.cpu * req.size, req.mem * req.size, req.gpu * req.size
-        by_cpu, free = self.by_cpu, self.free
-        for i in range(bisect_left(by_cpu, (need_cpu - EPS, "")), len(by_cpu)):
-            agent_id = by_cpu[i][1]
-            f = free[agent_id]
-            if f[1] >= need_mem and f[2] >= need_gpu:
-                return [agent_id] * req.size
-        if req.mode != ClusterMode.MULTI_NODE or self.total_cpu + EPS < need_cpu:
-            return None
-        # Gang over several agents: the roomiest first (fewest hosts), all or nothing; agents
-        # without the cores of one kernel are not looked at.
-        out: list[str] = []
-        lo = bisect_left(by_cpu, (req.cpu - EPS, "")) if req.cpu > 0 else 0
-        for i in range(len(by_cpu) - 1, lo - 1, -1):
-            agent_id = by_cpu[i][1]
-            n = self.fitting(agent_id, req)
-            out += [agent_id] * min(n, req.size - len(out))
-            if len(out) == req.size:
-                return out
-        return None
-
-    def _place_roles(self, req: Request) -> list[str] | None:
-        """Kernels that differ: one agent for all when one fits them together (the tightest
-        fit in cores), else (multi-node) the gang rule of :func:`_gang`."""
-        need = req.totals()
-        by_cpu, free = self.by_cpu, self.free
-        for i in range(bisect_left(by_cpu, (need[0] - EPS, "")), len(by_cpu)):
-            agent_id = by_cpu[i][1]
-            f = free[agent_id]
-            if f[1] >= need[1] and f[2] >= need[2]:
-                return [agent_id] * req.size
-        if req.mode != ClusterMode.MULTI_NODE or self.total_cpu + EPS < need[0]:
-            return None
-        placed = _gang(req, list(self.state.values()))
-        return None if isinstance(placed, Part) else placed
-
-    def report(self, req: Request, limit: int = 3) -> list[str]:
-        """Why ``req`` does not fit: the agents closest to fitting it, one line each; with
-        roles, each line names the role and the kernel that does not fit."""
-        n = req.size if req.mode == ClusterMode.SINGLE_NODE else 1
-        roomiest = [self.state[a] for _, a in reversed(self.by_cpu[-limit:])]
-        if req.parts and req.mode == ClusterMode.SINGLE_NODE:
-            lines = [_role_line(*_kernel_at_fault(a, req)) for a in roomiest]
-        elif req.parts:
-            placed = _gang(req, list(self.state.values()))
-            kernel = placed if isinstance(placed, Part) else req.kernel_shapes()[0]
-            lines = [_role_line(kernel, a) for a in roomiest]
-        else:
-            lines = [_shortage(a, req, n) for a in roomiest]
-        if len(self.by_cpu) > limit:
-            lines.append(f"... and {len(self.by_cpu) - limit} more agents with less room")
-        return lines
-
-
 def assign_gpus(
     free: dict[str, list[str]], agent_ids: Sequence[str], per_kernel: int | Sequence[int]
 ) -> list[list[str]]:
@@ -382,51 +262,3 @@ def _could_hold(agent: AgentState, req: Request) -> bool:
     if req.mode == ClusterMode.SINGLE_NODE:
         return never_fits(req, [agent]) is None
     return any(agent.kernels_fitting(k) >= 1 for k in req.parts or (req,))
-
-
-def schedule(
-    requests: Sequence[Request], agents: Sequence[AgentState], lost: Sequence[AgentState] = ()
-) -> Decision:
-    """Places what fits on ``agents``, highest priority first, then first come first served;
-    ``lost`` agents hold nothing but are named in the report of the sessions they could hold.
-
-    A session that does not fit does not block smaller ones behind it (backfilling).
-    """
-    by_group: dict[str, list[AgentState]] = {}
-    for a in agents:
-        by_group.setdefault(a.group, []).append(a)
-    groups = {g: _Group(members) for g, members in by_group.items()}
-    lost_by_group: dict[str, list[AgentState]] = {}
-    for a in lost:
-        lost_by_group.setdefault(a.group, []).append(a)
-    decision = Decision()
-    reports: dict[tuple[object, ...], list[str]] = {}
-    for req in sorted(requests, key=lambda r: (-r.priority, r.order, r.session_id)):
-        group = groups.get(req.group)
-        if group is None:
-            decision.waiting[req.session_id] = waiting_for_lost(
-                req, lost_by_group.get(req.group, ())
-            ) or [f"no agent in resource group {req.group!r}"]
-            continue
-        placed = group.place(req)
-        if placed is None:
-            key: tuple[object, ...] = (req.group, req.mode, req.size, req.cpu, req.mem, req.gpu)
-            key += (req.parts, group.version)
-            if key not in reports:
-                reports[key] = group.report(req)
-                if req.group in lost_by_group:
-                    reports[key] += waiting_for_lost(req, lost_by_group[req.group])
-            decision.waiting[req.session_id] = reports[key]
-            continue
-        if req.parts:
-            held: dict[str, list[float]] = {}
-            for agent_id, k in zip(placed, req.kernel_shapes(), strict=True):
-                h = held.setdefault(agent_id, [0.0, 0, 0])
-                h[0], h[1], h[2] = h[0] + k.cpu, h[1] + k.mem, h[2] + k.gpu
-            for agent_id, (cpu, mem, gpu) in held.items():
-                group.hold(agent_id, cpu, int(mem), int(gpu))
-        else:
-            for agent_id in dict.fromkeys(placed):
-                group.take(agent_id, req, placed.count(agent_id))
-        decision.placements[req.session_id] = placed
-    return decision

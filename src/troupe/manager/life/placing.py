@@ -1,6 +1,6 @@
 """Placing: one pass of the scheduler over the PENDING sessions, in one transaction.
 
-The decision itself is the pure :func:`troupe.manager.scheduler.schedule`; this step loads
+The decision itself is the pure :func:`troupe.manager.scheduler_backlog.schedule`; this step loads
 its inputs, cancels sessions pending too long, records placements (SCHEDULED) and each
 waiting session's why-pending report.
 """
@@ -18,7 +18,8 @@ from troupe.manager.life.admission import lost_states
 from troupe.manager.life.context import Life
 from troupe.manager.life.teardown import wipe_keys
 from troupe.manager.roles import request_of
-from troupe.manager.scheduler import Part, assign_gpus, schedule
+from troupe.manager.scheduler import Part, assign_gpus
+from troupe.manager.scheduler_backlog import schedule
 from troupe.manager.session_events import SCHEDULER
 from troupe.manager.store.models import Kernel, Session
 from troupe.manager.store.unit import changes_of

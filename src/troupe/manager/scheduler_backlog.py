@@ -1,0 +1,313 @@
+"""The pending sessions kept between passes, so that the pass after a change looks again only
+at what that change can affect; :func:`schedule` is one pass over a fresh backlog.
+
+Pure, in memory. Waiting sessions are queued per group and shape (sessions of equal shape
+share a fit answer). A queue is *dead* once one of its sessions failed in a way that only
+more room can cure (docs/contract.md, 'Placement'): it then fails on the agents as they are
+and on any state with less room, so a later pass skips it (and every session of that shape
+added meanwhile) unless an agent of its group gained room it could use:
+- single-node: a grown agent that now fits the whole session;
+- multi-node: that, or (one shape for every kernel) an upper bound of the kernels that fit
+  over the group, raised by each grown agent's gain, that reaches the size; with roles, any
+  grown agent.
+A multi-node session with roles whose gang (greedy, role by role) failed may fit later with
+*less* room, so its queue never dies that way: each pass looks at it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from heapq import heapify, heappop, heapreplace
+from operator import attrgetter
+
+from troupe.cluster.contract import ClusterMode
+from troupe.manager.scheduler import (
+    EPS,
+    AgentState,
+    Decision,
+    Part,
+    Request,
+    kernels_fitting,
+    waiting_for_lost,
+)
+from troupe.manager.scheduler_pool import Pool
+
+Rank = tuple[int, float, str]
+#: (group, mode, size, cpu, mem, gpu, parts): the group and the :data:`Shape`
+QueueKey = tuple[str, str, int, float, int, int, tuple[Part, ...]]
+_queue_key = attrgetter("group", "mode", "size", "cpu", "mem", "gpu", "parts")
+
+
+def rank_of(req: Request) -> Rank:
+    """Highest priority first, then first come (then the session id, for a total order)."""
+    return (-req.priority, req.order, req.session_id)
+
+
+class _Queue:
+    """The waiting sessions of one shape in one group, in rank order."""
+
+    __slots__ = ("dead", "group", "items", "shape", "total", "why")
+
+    def __init__(self, key: QueueKey) -> None:
+        self.group, self.shape = key[0], key[1:]
+        self.items: list[Request] = []
+        self.dead = False
+        #: dead plain multi-node: at least the kernels of its shape that fit over the group
+        self.total: int | None = None
+        #: dead multi-node with roles: the pool's :attr:`Pool.reason`
+        self.why = ""
+
+
+class Backlog:
+    """Pending sessions and the agents they wait for, between scheduler passes.
+
+    The caller says what changed (:meth:`add`, :meth:`remove`, :meth:`set_agent`,
+    :meth:`remove_agent`) and runs a pass (:meth:`run`); the placements it makes are held on
+    the agents here at once, and the placed sessions leave the backlog.
+    """
+
+    def __init__(self, agents: Iterable[AgentState] = (), lost: Sequence[AgentState] = ()):
+        by_group: dict[str, list[AgentState]] = {}
+        for a in agents:
+            by_group.setdefault(a.group, []).append(a)
+        self.pools = {g: Pool(members) for g, members in by_group.items()}
+        self.group_of = {a.id: g for g, members in by_group.items() for a in members}
+        self.queues: dict[QueueKey, _Queue] = {}
+        self.queue_of: dict[str, QueueKey] = {}
+        #: group -> agent id -> its free resources before it grew since the last pass
+        #: (zeros for one that was not there)
+        self.grown: dict[str, dict[str, list[float]]] = {}
+        self.lost: Sequence[AgentState] = lost
+
+    # --- changes ---------------------------------------------------------------------------
+
+    def add(self, req: Request) -> None:
+        key: QueueKey = _queue_key(req)
+        q = self.queues.get(key)
+        if q is None:
+            q = self.queues[key] = _Queue(key)
+        rank = rank_of(req)
+        if not q.items or rank_of(q.items[-1]) < rank:
+            q.items.append(req)
+        else:
+            q.items.insert(_bisect_rank(q.items, rank), req)
+        self.queue_of[req.session_id] = key
+
+    def add_all(self, requests: Iterable[Request]) -> None:
+        """Many at once (a fresh backlog): queued, then each queue sorted once."""
+        if self.queue_of:
+            for req in requests:
+                self.add(req)
+            return
+        # one sort of all (stable: by arrival, then by priority, highest first), then each
+        # session to its queue, which stays in rank order
+        ordered = sorted(requests, key=_arrival)
+        ordered.sort(key=_priority, reverse=True)
+        queues, queue_of = self.queues, self.queue_of
+        for req in ordered:
+            key = _queue_key(req)
+            q = queues.get(key)
+            if q is None:
+                q = queues[key] = _Queue(key)
+            q.items.append(req)
+            queue_of[req.session_id] = key
+
+    def remove(self, session_id: str) -> None:
+        """A pending session that went (destroyed, timed out)."""
+        key = self.queue_of.pop(session_id, None)
+        if key is None:
+            return
+        q = self.queues[key]
+        q.items = [r for r in q.items if r.session_id != session_id]
+
+    def set_agent(self, agent: AgentState) -> None:
+        """``agent`` as it is now: new, back, or with more or less in use (a session ended)."""
+        old_group = self.group_of.get(agent.id)
+        if old_group is not None and old_group != agent.group:
+            self.remove_agent(agent.id)
+            old_group = None
+        pool = self.pools.get(agent.group)
+        if pool is None:
+            pool = self.pools[agent.group] = Pool(())
+        old = list(pool.free[agent.id]) if old_group else [0.0, 0.0, 0.0]
+        pool.set_agent(agent)
+        self.group_of[agent.id] = agent.group
+        new = pool.free[agent.id]
+        if old_group is None or new[0] > old[0] or new[1] > old[1] or new[2] > old[2]:
+            # the first growth since the last pass (a shrink before it only makes the gain
+            # counted from here larger than the true one: still a bound)
+            self.grown.setdefault(agent.group, {}).setdefault(agent.id, old)
+
+    def remove_agent(self, agent_id: str) -> None:
+        group = self.group_of.pop(agent_id, None)
+        if group is None:
+            return
+        self.pools[group].remove(agent_id)  # less room: no queue can fit where it did not
+
+    # --- the pass --------------------------------------------------------------------------
+
+    def run(self, report: bool = True) -> Decision:
+        """One pass: places what fits, highest priority first, then first come; a session that
+        does not fit does not hold back smaller ones behind it. With ``report``, ``waiting``
+        names the sessions whose queue this pass looked at, with why they wait (on the agents
+        as the pass left them; :meth:`why` tells it for any waiting session)."""
+        decision = Decision()
+        heap: list[tuple[Rank, int, _Queue]] = []
+        for q in self.queues.values():
+            if q.dead and self._may_fit_now(q):  # also keeps an empty queue's bound true
+                q.dead = False
+            if q.items and not q.dead:
+                heap.append((rank_of(q.items[0]), 0, q))  # ranks are unique: q never compared
+        heapify(heap)
+        self.grown = {}
+        for pool in self.pools.values():
+            pool.failed, pool.counts = {}, {}
+        looked: list[_Queue] = []
+        placed_at: dict[_Queue, list[int]] = {}
+        placements = decision.placements
+        pools = self.pools
+        while heap:
+            _, at, q = heap[0]
+            if at == 0:
+                looked.append(q)
+            req = q.items[at]
+            group = pools.get(q.group)
+            if group is None or not len(group):
+                q.dead = True
+                heappop(heap)
+                continue
+            placed = group.place(req, q.shape)
+            if placed is not None:
+                _hold(group, req, placed)
+                placements[req.session_id] = placed
+                placed_at.setdefault(q, []).append(at)
+            elif group.monotone:
+                q.dead, q.total, q.why = True, group.last_total, group.reason
+                heappop(heap)
+                continue
+            if at + 1 < len(q.items):
+                heapreplace(heap, (rank_of(q.items[at + 1]), at + 1, q))
+            else:
+                heappop(heap)
+        for q, ats in placed_at.items():
+            if ats[-1] == len(ats) - 1:
+                del q.items[: len(ats)]
+            else:
+                gone = set(ats)
+                q.items = [it for i, it in enumerate(q.items) if i not in gone]
+        for sid in decision.placements:
+            del self.queue_of[sid]
+        if report:
+            self._report(looked, decision)
+        return decision
+
+    def why(self, session_id: str) -> list[str]:
+        """Why a waiting session waits, on the agents as they are now."""
+        q = self.queues[self.queue_of[session_id]]
+        decision = Decision()
+        self._report([q], decision)
+        return decision.waiting[session_id]
+
+    def _may_fit_now(self, q: _Queue) -> bool:
+        """Whether a dead queue may fit on the agents as they are now (module docstring);
+        raises a plain multi-node queue's bound by what the grown agents gained."""
+        grown = self.grown.get(q.group)
+        pool = self.pools.get(q.group)
+        if not grown or pool is None:
+            return False
+        mode, size, cpu, mem, gpu, parts = q.shape
+        if parts:
+            need = (
+                sum(p.cpu * p.kernels for p in parts),
+                sum(p.mem * p.kernels for p in parts),
+                sum(p.gpu * p.kernels for p in parts),
+            )
+            if mode == ClusterMode.MULTI_NODE and q.why != "count":
+                return any(a in pool.free for a in grown)
+        else:
+            need = (cpu * size, mem * size, gpu * size)
+        fits = False
+        gain = 0
+        kernel = Part("", 1, cpu, mem, gpu)
+        for agent_id, old in grown.items():
+            f = pool.free.get(agent_id)
+            if f is None:
+                continue
+            if f[0] + EPS >= need[0] and f[1] >= need[1] and f[2] >= need[2]:
+                fits = True
+            if mode == ClusterMode.MULTI_NODE:
+                # a role's kernels that fit nowhere near: only more of them fitting can cure
+                for k in parts or (kernel,):
+                    now = kernels_fitting(f[0], f[1], f[2], k)
+                    gain += max(now - kernels_fitting(old[0], old[1], old[2], k), 0)
+        if parts:
+            return fits or gain > 0
+        if mode == ClusterMode.MULTI_NODE and q.total is not None:
+            q.total += gain
+            return fits or q.total >= size
+        return fits or mode == ClusterMode.MULTI_NODE
+
+    def _report(self, looked: list[_Queue], decision: Decision) -> None:
+        """Why each session of the looked-at queues waits, on the agents as the pass left them
+        (one report per queue)."""
+        lost_by_group: dict[str, list[AgentState]] = {}
+        for a in self.lost:
+            lost_by_group.setdefault(a.group, []).append(a)
+        for q in looked:
+            if not q.items:
+                continue
+            req = q.items[0]
+            pool = self.pools.get(q.group)
+            lost = lost_by_group.get(q.group, ())
+            if pool is None or not len(pool):
+                lines = waiting_for_lost(req, lost) or [f"no agent in resource group {req.group!r}"]
+            else:
+                lines = pool.report(req) + (waiting_for_lost(req, lost) if lost else [])
+            decision.waiting.update(dict.fromkeys([r.session_id for r in q.items], lines))
+
+
+_arrival = attrgetter("order", "session_id")
+_priority = attrgetter("priority")
+
+
+def _bisect_rank(items: list[Request], rank: Rank) -> int:
+    lo, hi = 0, len(items)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if rank_of(items[mid]) < rank:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _hold(pool: Pool, req: Request, placed: list[str]) -> None:
+    """Holds ``req``'s kernels on the agents they were placed on."""
+    n = len(placed)
+    if not req.parts and placed[0] == placed[-1]:  # a gang spans 2 agents at least
+        pool.hold(placed[0], req.cpu * n, req.mem * n, req.gpu * n)
+        return
+    if not req.parts:
+        for agent_id in dict.fromkeys(placed):
+            n = placed.count(agent_id)
+            pool.hold(agent_id, req.cpu * n, req.mem * n, req.gpu * n)
+        return
+    held: dict[str, list[float]] = {}
+    for agent_id, k in zip(placed, req.kernel_shapes(), strict=True):
+        h = held.setdefault(agent_id, [0.0, 0, 0])
+        h[0], h[1], h[2] = h[0] + k.cpu, h[1] + k.mem, h[2] + k.gpu
+    for agent_id, (cpu, mem, gpu) in held.items():
+        pool.hold(agent_id, cpu, mem, gpu)
+
+
+def schedule(
+    requests: Sequence[Request], agents: Sequence[AgentState], lost: Sequence[AgentState] = ()
+) -> Decision:
+    """Places what fits on ``agents``, highest priority first, then first come first served;
+    ``lost`` agents hold nothing but are named in the report of the sessions they could hold.
+
+    A session that does not fit does not block smaller ones behind it (backfilling).
+    """
+    backlog = Backlog(agents, lost)
+    backlog.add_all(requests)
+    return backlog.run()

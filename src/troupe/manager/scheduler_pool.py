@@ -1,0 +1,360 @@
+"""The agents of one resource group, indexed by free capacity for the scheduler's passes.
+
+Pure and in memory. Free cores order every agent (a sorted list: the tightest whole fit is a
+bisection away, the roomiest agents are its end); agents with free GPUs are also kept per
+free-GPU count, so a GPU session never walks the agents without one. Each agent's free
+resources are its capacity less what is in use, computed as :class:`AgentState` does, so the
+index and the plain rule agree to the last bit.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterable
+from dataclasses import replace
+
+from troupe.cluster.contract import ClusterMode
+from troupe.manager.scheduler import (
+    EPS,
+    AgentState,
+    Part,
+    Request,
+    _kernel_at_fault,
+    _role_line,
+    _shortage,
+    kernels_fitting,
+)
+
+#: What sets a request's fit apart: (mode, size, cpu, mem, gpu, parts); its group aside.
+Shape = tuple[str, int, float, int, int, tuple[Part, ...]]
+
+Entry = tuple[float, str]
+
+
+def _level(mem: float) -> int:
+    """Free memory's binary order of magnitude: level ``L`` holds [2**(L-1), 2**L) bytes."""
+    return int(mem).bit_length() if mem > 0 else 0
+
+
+def shape_of(req: Request) -> Shape:
+    return (req.mode, req.size, req.cpu, req.mem, req.gpu, req.parts)
+
+
+def _covers(a: Shape, b: Shape) -> bool:
+    """Whether a plain request of shape ``b`` fails once one of shape ``a`` failed in this
+    pass (resources only shrink within a pass): it asks at least as much, and a single-node
+    request fails where a multi-node one of its shape did."""
+    return (
+        (a[0] == ClusterMode.MULTI_NODE or b[0] != ClusterMode.MULTI_NODE)
+        and a[1] <= b[1]
+        and a[2] <= b[2] + EPS
+        and a[3] <= b[3]
+        and a[4] <= b[4]
+    )
+
+
+class Pool:
+    """The free resources of one group's agents and the placement rule over them."""
+
+    def __init__(self, agents: Iterable[AgentState]) -> None:
+        self.base: dict[str, AgentState] = {}
+        self.used: dict[str, list[float]] = {}
+        #: agent id -> [cores, bytes, GPUs] free
+        self.free: dict[str, list[float]] = {}
+        self.by_cpu: list[Entry] = []
+        self.by_gpu: dict[int, list[Entry]] = {}
+        #: agents by free memory's binary order of magnitude (:func:`_level`)
+        self.by_mem: dict[int, list[Entry]] = {}
+        self.total_cpu = 0.0
+        #: bumped by every change: a request that failed at one version fails again at it
+        self.version = 0
+        #: plain shapes that failed in the current pass (kept minimal, see :func:`_covers`),
+        #: each with its :attr:`last_total`
+        self.failed: dict[Shape, int | None] = {}
+        #: how the last :meth:`place` failed: True when more room is the only way to fit
+        self.monotone = True
+        #: after a plain multi-node failure: how many of its kernels fit over all agents
+        self.last_total: int | None = None
+        #: after a multi-node failure with roles: ``count`` when one role's kernels fit
+        #: nowhere near (:meth:`count`), else ``room``
+        self.reason = ""
+        #: kernel shape -> at least how many of them fit over the group (this pass)
+        self.counts: dict[tuple[float, float, float], int] = {}
+        self._roomiest: tuple[tuple[int, int], list[AgentState]] = ((-1, 0), [])
+        for a in agents:
+            self.base[a.id] = a
+            self.used[a.id] = [a.cpu_used, a.mem_used, a.gpu_used]
+            f = self.free[a.id] = [a.cpu_free, a.mem_free, a.gpu_free]
+            self.by_cpu.append((f[0], a.id))
+            if f[2] > 0:
+                self.by_gpu.setdefault(int(f[2]), []).append((f[0], a.id))
+            self.by_mem.setdefault(_level(f[1]), []).append((f[0], a.id))
+            self.total_cpu += max(f[0], 0.0)
+        self.by_cpu.sort()
+        for entries in (*self.by_gpu.values(), *self.by_mem.values()):
+            entries.sort()
+
+    # --- the index -------------------------------------------------------------------------
+
+    def _unindex(self, agent_id: str) -> None:
+        f = self.free[agent_id]
+        entry = (f[0], agent_id)
+        del self.by_cpu[bisect_left(self.by_cpu, entry)]
+        if f[2] > 0:
+            bucket = self.by_gpu[int(f[2])]
+            del bucket[bisect_left(bucket, entry)]
+            if not bucket:  # searches walk the buckets: no empty ones
+                del self.by_gpu[int(f[2])]
+        level = _level(f[1])
+        bucket = self.by_mem[level]
+        del bucket[bisect_left(bucket, entry)]
+        if not bucket:
+            del self.by_mem[level]
+        self.total_cpu -= max(f[0], 0.0)
+
+    def _index(self, agent_id: str) -> None:
+        a, u = self.base[agent_id], self.used[agent_id]
+        f = self.free[agent_id] = [a.cpu - u[0], a.mem - u[1], a.gpu - u[2]]
+        insort(self.by_cpu, (f[0], agent_id))
+        if f[2] > 0:
+            insort(self.by_gpu.setdefault(int(f[2]), []), (f[0], agent_id))
+        insort(self.by_mem.setdefault(_level(f[1]), []), (f[0], agent_id))
+        self.total_cpu += max(f[0], 0.0)
+        self.version += 1
+
+    def hold(self, agent_id: str, cpu: float, mem: float, gpu: float) -> None:
+        """With this much more in use on ``agent_id`` (the hot path of a pass: every placement
+        moves its agents in the sorted lists)."""
+        f = self.free[agent_id]
+        old = (f[0], agent_id)
+        old_level, old_gpu = _level(f[1]), int(f[2])
+        u, a = self.used[agent_id], self.base[agent_id]
+        u[0], u[1], u[2] = u[0] + cpu, u[1] + mem, u[2] + gpu
+        total = self.total_cpu - max(f[0], 0.0)
+        f[0], f[1], f[2] = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
+        self.total_cpu = total + max(f[0], 0.0)
+        new = (f[0], agent_id)
+        level, free_gpu = _level(f[1]), int(f[2])
+        for lists, was, now in ((self.by_mem, old_level, level), (self.by_gpu, old_gpu, free_gpu)):
+            if was > 0 or lists is self.by_mem:
+                bucket = lists[was]
+                del bucket[bisect_left(bucket, old)]
+                if not bucket:
+                    del lists[was]
+            if now > 0 or lists is self.by_mem:
+                insort(lists.setdefault(now, []), new)
+        by_cpu = self.by_cpu
+        del by_cpu[bisect_left(by_cpu, old)]
+        insort(by_cpu, new)
+        self.version += 1
+
+    def set_agent(self, agent: AgentState) -> None:
+        """``agent`` as it is now (new, or its capacity or use changed)."""
+        if agent.id in self.base:
+            self._unindex(agent.id)
+        self.base[agent.id] = agent
+        self.used[agent.id] = [agent.cpu_used, agent.mem_used, agent.gpu_used]
+        self._index(agent.id)
+
+    def remove(self, agent_id: str) -> None:
+        self._unindex(agent_id)
+        del self.base[agent_id], self.used[agent_id], self.free[agent_id]
+        self.version += 1
+
+    def agent(self, agent_id: str) -> AgentState:
+        u = self.used[agent_id]
+        return replace(self.base[agent_id], cpu_used=u[0], mem_used=int(u[1]), gpu_used=int(u[2]))
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    # --- the placement rule (docs/contract.md, 'Placement') ----------------------------------
+
+    def place(self, req: Request, shape: Shape) -> list[str] | None:
+        """Where ``req``'s kernels go by rank, or None (:attr:`monotone` says how it failed)."""
+        self.monotone, self.last_total = True, None
+        if req.parts:
+            return self._place_roles(req)
+        for f, total in self.failed.items():
+            if _covers(f, shape):
+                # it asks at least as much per kernel: at most as many of its kernels fit
+                self.last_total = total if f[2] <= shape[2] else None
+                return None
+        size = req.size
+        whole = self.whole_fit(req.cpu * size, req.mem * size, req.gpu * size)
+        if whole is not None:
+            return [whole] * size
+        placed = None
+        if req.mode == ClusterMode.MULTI_NODE:
+            placed = self._spread(req)
+        if placed is None:
+            # Kept minimal: a failure the new one covers goes (it rejects nothing more).
+            failed = {f: t for f, t in self.failed.items() if not _covers(shape, f)}
+            failed[shape] = self.last_total
+            self.failed = failed
+        return placed
+
+    def whole_fit(self, cpu: float, mem: float, gpu: float) -> str | None:
+        """The agent with room for all of it and the fewest free cores (then the lower id).
+
+        Without GPUs: in each memory level above the request's every agent has the memory,
+        so its first agent with the cores is its best; only the request's own level is
+        walked. With GPUs: the agents with enough free GPUs, walked."""
+        free = self.free
+        best: Entry | None = None
+        key = (cpu - EPS, "")
+        if gpu <= 0:
+            level = _level(mem)
+            lists = []
+            for at, entries in self.by_mem.items():
+                if at > level:
+                    i = bisect_left(entries, key)
+                    if i < len(entries) and (best is None or entries[i] < best):
+                        best = entries[i]
+                elif at == level:
+                    lists.append(entries)
+        else:
+            lists = [e for g, e in self.by_gpu.items() if g >= gpu]
+        for entries in lists:
+            for i in range(bisect_left(entries, key), len(entries)):
+                entry = entries[i]
+                if best is not None and entry >= best:
+                    break
+                f = free[entry[1]]
+                if f[1] >= mem and f[2] >= gpu:
+                    best = entry
+                    break
+        return None if best is None else best[1]
+
+    def _spread(self, req: Request) -> list[str] | None:
+        """Gang over several agents: the roomiest first, all or nothing; agents without the
+        cores of one kernel are not looked at."""
+        by_cpu, free, size = self.by_cpu, self.free, req.size
+        cpu, mem, gpu = req.cpu, req.mem, req.gpu
+        if self.total_cpu + 1e-6 < cpu * size:  # a margin for the running sum's rounding
+            # a bound, with room for each agent's EPS and the running sum's rounding
+            self.last_total = int((self.total_cpu + len(self) * EPS + 1e-6) // cpu) + 1
+            return None
+        out: list[str] = []
+        got = 0
+        lo = bisect_left(by_cpu, (cpu - EPS, "")) if cpu > 0 else 0
+        for i in range(len(by_cpu) - 1, lo - 1, -1):
+            agent_id = by_cpu[i][1]
+            f = free[agent_id]
+            if f[1] < mem or f[2] < gpu:
+                continue
+            n = int((f[0] + EPS) // cpu) if cpu > 0 else 10**9
+            if mem > 0:
+                n = min(n, int(f[1] // mem))
+            if gpu > 0:
+                n = min(n, int(f[2] // gpu))
+            if n > 0:
+                take = min(n, size - got)
+                out += [agent_id] * take
+                got += n
+                if got >= size:
+                    return out
+        self.last_total = got
+        return None
+
+    def _place_roles(self, req: Request) -> list[str] | None:
+        """Kernels that differ: one agent for all when one fits them together (the tightest
+        fit in cores), else (multi-node) role by role over the roomiest agents."""
+        cpu, mem, gpu = req.totals()
+        whole = self.whole_fit(cpu, mem, gpu)
+        if whole is not None:
+            return [whole] * req.size
+        if req.mode != ClusterMode.MULTI_NODE:
+            return None
+        self.reason = "room"
+        if self.total_cpu + 1e-6 < cpu:
+            return None
+        for part in req.parts:
+            if self.count(part) < part.kernels:  # too few even if it had every agent alone
+                self.reason = "count"
+                return None
+        placed = self._spread_roles(req)
+        if isinstance(placed, Part):
+            self.monotone = False  # greedy packing may fail with more room and fit with less
+            return None
+        return placed
+
+    def count(self, part: Part) -> int:
+        """At least how many kernels of ``part``'s shape fit over the group: exact when first
+        asked in a pass, a bound after (room only shrinks within a pass)."""
+        key = (part.cpu, part.mem, part.gpu)
+        n = self.counts.get(key)
+        if n is None:
+            free, cpu, mem, gpu = self.free, part.cpu, part.mem, part.gpu
+            n = 0
+            for f in free.values():
+                if f[1] >= mem and f[2] >= gpu and f[0] + EPS >= cpu:
+                    n += kernels_fitting(f[0], f[1], f[2], part)
+            self.counts[key] = n
+        return n
+
+    def _spread_roles(self, req: Request) -> list[str] | Part:
+        """The plain gang rule (:func:`troupe.manager.scheduler._gang`) without copying the
+        group: the agents this gang took from are re-sorted as each role starts and merged
+        with the untouched ones, which stay in the index's order. The agents by rank, or the
+        first kernel that fits nowhere."""
+        by_cpu, base = self.by_cpu, self.base
+        local: dict[str, list[float]] = {}  # agent id -> in use, with this gang's kernels
+        out: list[str] = []
+        for part in req.parts:
+            touched = sorted(((base[a].cpu - u[0], a) for a, u in local.items()), reverse=True)
+            lo = bisect_left(by_cpu, (part.cpu - EPS, "")) if part.cpu > 0 else 0
+            i, t, left = len(by_cpu) - 1, 0, part.kernels
+            pc, pm, pg = part.cpu, part.mem, part.gpu
+            while left:
+                while i >= lo and by_cpu[i][1] in local:
+                    i -= 1
+                if i >= lo and (t >= len(touched) or by_cpu[i] > touched[t]):
+                    agent_id = by_cpu[i][1]
+                    i -= 1
+                elif t < len(touched):
+                    agent_id = touched[t][1]
+                    t += 1
+                else:
+                    idx = part.kernels - left + 1
+                    return Part(f"{part.role}{idx}", 1, part.cpu, part.mem, part.gpu)
+                a = base[agent_id]
+                u = local.get(agent_id) or self.used[agent_id]
+                fc, fm, fg = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
+                if (pm > 0 and fm < pm) or (pg > 0 and fg < pg) or (pc > 0 and fc + EPS < pc):
+                    continue  # not one kernel: kernels_fitting's answer without its cost
+                n = min(kernels_fitting(fc, fm, fg, part), left)
+                if n:
+                    local[agent_id] = [
+                        u[0] + part.cpu * n,
+                        u[1] + part.mem * n,
+                        u[2] + part.gpu * n,
+                    ]
+                    out += [agent_id] * n
+                    left -= n
+        return out
+
+    def report(self, req: Request, limit: int = 3) -> list[str]:
+        """Why ``req`` does not fit: the agents closest to fitting it, one line each; with
+        roles, each line names the role and the kernel that does not fit."""
+        n = req.size if req.mode == ClusterMode.SINGLE_NODE else 1
+        top = self.by_cpu[-limit:]
+        if self._roomiest[0] != (self.version, limit):  # the same for every report of a pass
+            self._roomiest = ((self.version, limit), [self.agent(a) for _, a in reversed(top)])
+        roomiest = self._roomiest[1]
+        if req.parts and req.mode == ClusterMode.SINGLE_NODE:
+            lines = [_role_line(*_kernel_at_fault(a, req)) for a in roomiest]
+        elif req.parts:
+            kernel = self._kernel_short(req)
+            lines = [_role_line(kernel, a) for a in roomiest]
+        else:
+            lines = [_shortage(a, req, n) for a in roomiest]
+        if len(self.by_cpu) > limit:
+            lines.append(f"... and {len(self.by_cpu) - limit} more agents with less room")
+        return lines
+
+    def _kernel_short(self, req: Request) -> Part:
+        """The first kernel of a multi-node ``req`` with roles that the gang rule cannot
+        place now (its first kernel if it would fit)."""
+        placed = self._spread_roles(req)
+        return placed if isinstance(placed, Part) else req.kernel_shapes()[0]
