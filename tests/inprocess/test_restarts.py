@@ -237,3 +237,26 @@ async def test_exits_of_the_failed_attempt_do_not_fail_the_restart(manager: Harn
     del manager.local.delays["remove_kernels"]
     s = await restarted(manager, "fall", 1)
     assert [r["kernel"] for r in s["restart_history"]] == ["sub1"]
+
+
+async def test_each_restart_is_in_the_event_list(manager: Harness) -> None:
+    s = await running(manager, "ev", cluster_size=2, max_restarts=2)
+    await manager.local.exit_kernel(s["id"], "sub1", 3)
+    await restarted(manager, "ev", 1)
+    r = await manager.client.get("/sessions/ev/events")
+    assert r.status_code == 200, r.text
+    evs = r.json()
+    [restart] = [e for e in evs if e["kind"] == "restart"]
+    assert restart["actor"] == "policy max_restarts" and restart["kernel"] == "sub1"
+    assert restart["message"] == "restart 1 of 2: sub1 exited with code 3"
+    moves = [(e["status"], e["actor"]) for e in evs if e["kind"] == "status"]
+    assert moves[-2:] == [
+        ("RESTARTING", "policy max_restarts"),
+        ("RUNNING", "policy max_restarts"),
+    ], moves
+    by_status = {e["status"]: e for e in evs if e["kind"] == "status"}
+    assert by_status["RESTARTING"]["message"].startswith("restarting: sub1 exited with 3")
+    assert by_status["RUNNING"]["message"] == "every kernel is ready (attempt 1)"
+    # the order: the exit, the restart, then the status change
+    kinds = [e["kind"] for e in evs]
+    assert kinds.index("kernel-exit") < kinds.index("restart")

@@ -11,9 +11,14 @@ from troupe.api.agent import KernelExit
 from troupe.api.lifecycle import Change, KernelStatus, SessionStatus, transition, utcnow
 from troupe.api.models import SessionType, format_size
 from troupe.api.policies import HISTORY_LOG_LINES, SuccessPolicy
+from troupe.manager.session_events import policy
 from troupe.manager.store.models import Kernel, Session
 
 S, K = SessionStatus, KernelStatus
+
+
+#: Who restarts a session (its events' actor): the session's own rule.
+RESTART_ACTOR = policy("max_restarts")
 
 
 @dataclass(frozen=True)
@@ -125,9 +130,8 @@ def begin_restart(s: Session, k: Kernel, ev: KernelExit, changes: list[Change]) 
         },
     ]
     s.restarts += 1
-    s.status_info = {
-        "reason": f"restarting: {k.hostname} {how} (restart {s.restarts} of {s.max_restarts})"
-    }
-    transition(s, S.RESTARTING, changes)
+    reason = f"restarting: {k.hostname} {how} (restart {s.restarts} of {s.max_restarts})"
+    s.status_info = {"reason": reason}
+    transition(s, S.RESTARTING, changes, reason=reason, actor=RESTART_ACTOR)
     for x in s.kernels:
         transition(x, K.RESTARTING, changes)

@@ -38,8 +38,9 @@ from troupe.api.models import SessionType
 from troupe.manager.events import KernelExited
 from troupe.manager.kernels import session_kernel_specs
 from troupe.manager.life.context import Life, load
-from troupe.manager.life.judging import exit_info
+from troupe.manager.life.judging import RESTART_ACTOR, exit_info
 from troupe.manager.networks import AgentNet, free_subnet, plan_network
+from troupe.manager.session_events import SYSTEM
 from troupe.manager.store.models import Agent, Session
 from troupe.manager.store.unit import changes_of
 
@@ -373,9 +374,11 @@ async def _running(
             return False
         for k in s.kernels:
             mark(k, times.get(k.hostname, {}))
-        if status == S.RESTARTING:
+        reason, actor = "every kernel is ready", SYSTEM
+        if status == S.RESTARTING:  # a restart's end: its attempt, by the session's rule
             s.status_info = {}
-        transition(s, S.RUNNING, changes_of(db), reason="every kernel is ready")
+            reason, actor = f"{reason} (attempt {s.restarts})", RESTART_ACTOR
+        transition(s, S.RUNNING, changes_of(db), reason=reason, actor=actor)
         return True
 
     return await life.store.write(step)
