@@ -150,12 +150,19 @@ async def prepare(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] |
     return await guarded(life, steps)
 
 
-async def start_kernels(life: Life, plan: Plan, inbox: Inbox) -> None:
-    """The kernels' part of a start (and of a restart): create, readiness barrier, RUNNING,
-    then the batch "go"; :class:`Abandoned` when the session left ``plan.status``."""
+#: How a start's kernels come to be: made (a start) or started again (a restart in place).
+Starter = Callable[[Life, "Plan", Inbox], Awaitable[dict[str, KernelStarted]]]
+
+
+async def start_kernels(
+    life: Life, plan: Plan, inbox: Inbox, starter: Starter | None = None
+) -> None:
+    """The kernels' part of a start (and of a restart, whose ``starter`` starts them again):
+    create, readiness barrier, RUNNING, then the batch "go"; :class:`Abandoned` when the
+    session left ``plan.status``."""
     session_id = plan.session.id
-    plan.progress.step = "creating kernels"
-    started = await _create_kernels(life, plan, inbox)
+    plan.progress.step = "creating kernels" if starter is None else "starting the kernels again"
+    started = await (starter or _create_kernels)(life, plan, inbox)
     plan.progress.step = "waiting until every kernel reaches every other"
     times = await _wait_ready(life, session_id, plan, started, inbox)
     if not await _running(life, session_id, plan.status, times):
@@ -286,16 +293,21 @@ async def settled(call: Awaitable[T]) -> T:
         raise
 
 
+def specs_by_agent(plan: Plan) -> dict[str, list[KernelSpec]]:
+    """The kernels' specs, by the agent that holds each."""
+    by_agent: dict[str, list[KernelSpec]] = defaultdict(list)
+    for spec in session_kernel_specs(plan.session, ready_timeout=plan.left()):
+        by_agent[plan.kernels[spec.kernel_id][1]].append(spec)
+    return by_agent
+
+
 async def _create_kernels(life: Life, plan: Plan, inbox: Inbox) -> dict[str, KernelStarted]:
     """Creates and starts every kernel on its agent; returns them by kernel id."""
-    specs = session_kernel_specs(plan.session, ready_timeout=plan.left())
-    by_agent: dict[str, list[KernelSpec]] = defaultdict(list)
-    for spec in specs:
-        by_agent[plan.kernels[spec.kernel_id][1]].append(spec)
+    by_agent = specs_by_agent(plan)
     started_lists = await settled(
         gather_all(life.fleet[a].create_kernels(ks) for a, ks in by_agent.items())
     )
-    _raise_exits(plan, inbox)
+    raise_exits(plan, inbox)
     return {k.kernel_id: k for lst in started_lists for k in lst}
 
 
@@ -357,7 +369,7 @@ async def _ready(
             finally:
                 exited.cancel()
             inbox.arrived.clear()
-            _raise_exits(plan, inbox)
+            raise_exits(plan, inbox)
         return {h: t for per_agent in await ready for h, t in per_agent.items()}
     finally:
         ready.cancel()
@@ -384,7 +396,7 @@ async def _running(
     return await life.store.write(step)
 
 
-def _raise_exits(plan: Plan, inbox: Inbox) -> None:
+def raise_exits(plan: Plan, inbox: Inbox) -> None:
     """Fails on the first exit reported by the agent that holds the kernel (others are
     dropped: an agent may speak only for its own kernels)."""
     inbox.exits = [
