@@ -61,6 +61,7 @@ async def test_a_lost_agents_kernel_is_placed_again_and_the_session_runs(
     assert (r["kernel"], r["attempt"]) == ("sub1", 0)
     assert r["reason"].startswith(f"agent {gone} lost")
     assert s["timeline"]["PENDING"] > s["timeline"]["RESTARTING"]
+    assert s["network"] == f"troupe-{s['id'][:12]}-1"  # (the old one may be in use still)
     for host, agent in after.items():
         spec = manager.remotes[agent].container(s["id"], host).spec
         assert spec.env["TROUPE_RESTART_COUNT"] == "1"

@@ -208,7 +208,9 @@ async def _begin_step(life: Life, session_id: str, claim: bool) -> Plan | None:
         subnet = ""
         if claim and set(agent_ids) <= {net.creator}:  # (before the changes: one UPDATE)
             s.subnet = subnet = await _free_subnet(life, db, [])
-        s.network = f"troupe-{session_id[:12]}"
+        # (a session placed again after a lost agent gets a network of a new name: the old
+        # one may still be in use on the lost host, which cannot be asked to leave it)
+        s.network = f"troupe-{session_id[:12]}" + (f"-{s.restarts}" if s.restarts else "")
         transition(s, S.PREPARING, changes_of(db), reason="creating network and kernels")
         spec = NetworkSpec(
             name=s.network,
