@@ -10,8 +10,8 @@ sessions of ``troupe/base``. For each N, rounds interleave:
   restart  one session created with ``max_restarts`` = rounds and left RUNNING; each round
            ``docker kill`` of its ``sub1`` container, and the time from the kill to the
            session RUNNING again with one more restart (the engine's report of the death, the
-           removal of the failed attempt's kernels, their new start with the same names and
-           addresses on the same network, the readiness barrier).
+           kill of the other kernels' containers, every container started again in place,
+           the readiness barrier).
 Prints medians and the ratio restart/fresh (target: <= 0.7) and writes every round to
 bench/results/restarts.json; passes or fails nothing (machines differ, and a shared machine's
 load moves both). Sessions are named ``tbench-*`` and removed on failure or Ctrl-C.

@@ -14,6 +14,7 @@ from troupe.api.agent import (
     AgentCapacity,
     ExitHandler,
     KernelExit,
+    KernelRestarted,
     KernelSpec,
     KernelStarted,
     KernelState,
@@ -293,6 +294,42 @@ class FakeAgent:
             if isinstance(r, BaseException):
                 raise r
         return [r for r in results if isinstance(r, KernelStarted)]
+
+    async def restart_kernels(self, specs: Sequence[KernelSpec]) -> list[KernelRestarted]:
+        """Each kernel's container started again (the same id, its log going on), with the
+        new spec; one that is gone is made anew, as the real agent does."""
+        await self._step("restart_kernels")
+        out = []
+        for spec in specs:
+            await self._step(f"restart_kernel:{spec.hostname}")
+            c = next(
+                (
+                    c
+                    for c in self.containers.values()
+                    if c.spec.container_name == spec.container_name
+                ),
+                None,
+            )
+            if c is None:
+                [fresh] = await self.create_kernels([spec])
+                out.append(KernelRestarted(**fresh.model_dump(), recreated=True))
+                continue
+            log = "".join(c.logs)
+            now = datetime.now(UTC)
+            c.spec, c.state = spec, "running"
+            stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%f") + "999Z"
+            c.logs.append(f"{stamp} {spec.hostname} started\n")
+            out.append(
+                KernelRestarted(
+                    kernel_id=spec.kernel_id,
+                    container_id=c.id,
+                    ip=c.ip,
+                    created_at=now.isoformat(),
+                    started_at=now.isoformat(),
+                    log=log,
+                )
+            )
+        return out
 
     async def wait_ready(
         self, containers: dict[str, str], hosts: list[str], timeout: float

@@ -9,10 +9,15 @@ from typing import Any
 
 from tests.inprocess.conftest import Harness, eventually
 from tests.inprocess.helpers import error_of, running
+from troupe.api.agent import KernelExit
 
 
 def spec_of(h: Harness, sid: str, host: str) -> Any:
     return h.local.container(sid, host).spec
+
+
+def _kernel_conf(spec: Any) -> str:
+    return next(f.content for f in spec.files if f.path.endswith("/kernel.conf"))
 
 
 async def restarted(h: Harness, name: str, count: int) -> dict[str, Any]:
@@ -46,8 +51,12 @@ async def test_a_failure_restarts_the_whole_session_in_place(manager: Harness) -
         assert spec.env["TROUPE_RESTART_COUNT"] == "1"
         assert spec.ip == before[k["hostname"]]["ip"]
         assert spec.network == s["network"]
-        assert k["container_id"] != before[k["hostname"]]["container_id"]
+        # the same container, started again (not removed and made anew)
+        assert k["container_id"] == before[k["hostname"]]["container_id"]
+        assert "export TROUPE_RESTART_COUNT=1" in _kernel_conf(spec)
     assert manager.local.calls.count("create_network") == 1
+    assert manager.local.calls.count("remove_kernels") == 0
+    assert manager.local.calls.count("restart_kernels") == 1
     assert manager.local.calls.count("signal_go") == 2  # the batch command started again
     assert s["started_at"] == before_started  # the first start (the timeline has the latest)
     assert s["timeline"]["RUNNING"] > s["timeline"]["RESTARTING"]
@@ -152,11 +161,11 @@ async def test_a_restart_that_fails_ends_the_session_with_the_reason(manager: Ha
     from troupe.api.errors import AgentFailed
 
     s = await running(manager, "broken", cluster_size=2, max_restarts=1)
-    manager.local.failures["create_kernel:sub1"] = AgentFailed("no space", kernel="sub1")
+    manager.local.failures["restart_kernel:sub1"] = AgentFailed("no space", kernel="sub1")
     await manager.local.exit_kernel(s["id"], "main1", 1)
     s = await manager.wait("broken", until="final")
     assert s["status"] == "ERROR", s
-    assert s["status_info"]["reason"] == "restart failed: failed while creating kernels"
+    assert s["status_info"]["reason"] == "restart failed: failed while starting the kernels again"
     assert s["status_info"]["kernel"] == "sub1"
     assert manager.local.session_ids() == set() and not manager.local.networks
 
@@ -226,14 +235,52 @@ async def test_the_session_page_shows_the_restarts(manager: Harness) -> None:
 
 async def test_exits_of_the_failed_attempt_do_not_fail_the_restart(manager: Harness) -> None:
     """Other kernels often fall with the first (a peer of a collective is gone): their exits,
-    reported while the failed attempt is being removed, are not failures of the restart."""
+    reported while the failed attempt is being started again, are not failures of the restart."""
     s = await running(manager, "fall", cluster_size=3, max_restarts=1)
-    manager.local.delays["remove_kernels"] = 0.5
+    manager.local.delays["restart_kernels"] = 0.5
     await manager.local.exit_kernel(s["id"], "sub1", 137)
     await manager.wait_status("fall", "RESTARTING")
-    await eventually(lambda: "remove_kernels" in manager.local.calls)
+    await eventually(lambda: "restart_kernels" in manager.local.calls)
     await manager.local.exit_kernel(s["id"], "main1", 1)
     await manager.local.exit_kernel(s["id"], "sub2", 1)
-    del manager.local.delays["remove_kernels"]
+    del manager.local.delays["restart_kernels"]
     s = await restarted(manager, "fall", 1)
     assert [r["kernel"] for r in s["restart_history"]] == ["sub1"]
+
+
+async def test_each_restart_is_in_the_event_list(manager: Harness) -> None:
+    s = await running(manager, "ev", cluster_size=2, max_restarts=2)
+    await manager.local.exit_kernel(s["id"], "sub1", 3)
+    await restarted(manager, "ev", 1)
+    r = await manager.client.get("/sessions/ev/events")
+    assert r.status_code == 200, r.text
+    evs = r.json()
+    [restart] = [e for e in evs if e["kind"] == "restart"]
+    assert restart["actor"] == "policy max_restarts" and restart["kernel"] == "sub1"
+    assert restart["message"] == "restart 1 of 2: sub1 exited with code 3"
+    moves = [(e["status"], e["actor"]) for e in evs if e["kind"] == "status"]
+    assert moves[-2:] == [
+        ("RESTARTING", "policy max_restarts"),
+        ("RUNNING", "policy max_restarts"),
+    ], moves
+    by_status = {e["status"]: e for e in evs if e["kind"] == "status"}
+    assert by_status["RESTARTING"]["message"].startswith("restarting: sub1 exited with 3")
+    assert by_status["RUNNING"]["message"] == "every kernel is ready (attempt 1)"
+    # the order: the exit, the restart, then the status change
+    kinds = [e["kind"] for e in evs]
+    assert kinds.index("kernel-exit") < kinds.index("restart")
+
+
+async def test_a_gone_container_is_made_anew_the_others_started_again(manager: Harness) -> None:
+    s = await running(manager, "gone2", cluster_size=3, max_restarts=1)
+    ids = {k["hostname"]: k["container_id"] for k in s["kernels"]}
+    c = manager.local.containers.pop(ids["sub1"])  # removed behind troupe's back
+    assert manager.local.on_exit is not None
+    await manager.local.on_exit(
+        KernelExit(session_id=s["id"], kernel_id=c.spec.kernel_id, exit_code=-1)
+    )
+    s = await restarted(manager, "gone2", 1)
+    now = {k["hostname"]: k["container_id"] for k in s["kernels"]}
+    assert now["sub1"] != ids["sub1"]
+    assert (now["main1"], now["sub2"]) == (ids["main1"], ids["sub2"])
+    assert spec_of(manager, s["id"], "sub1").env["TROUPE_RESTART_COUNT"] == "1"

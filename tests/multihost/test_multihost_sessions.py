@@ -373,3 +373,46 @@ def test_tunnel_and_ssh_reach_main1_on_another_host(cluster: Cluster, tmp_path: 
         assert c.exec("reach", ["cat", "/tmp/f.txt"], kernel="sub2") == (0, "across hosts\n")
     finally:
         c.destroy_session("reach")
+
+
+def test_lost_agent_of_sub1_restarts_the_session_on_the_other_hosts(cluster: Cluster) -> None:
+    """With restarts left, a session whose kernel's agent is LOST is placed again on the hosts
+    that fit and runs again (docs/policies.md); the lost host's part is removed once its agent
+    is back."""
+    c = cluster.server.client()
+    req = SessionCreate(
+        name="moves",
+        image=BASE_IMAGE,
+        cluster_size=2,
+        cluster_mode="multi-node",
+        resources=ONE_PER_HOST,
+        max_restarts=1,
+    )
+    start(c, req)
+    try:
+        info = c.get_session("moves")
+        gone = next(k.agent for k in info.kernels if k.hostname == "sub1") or ""
+        node = int(gone.removeprefix("tt"))
+        cluster.kill_agent(node)
+        deadline = time.monotonic() + 120
+        while True:
+            after = c.get_session("moves")
+            if after.status == "RUNNING" and after.restarts == 1:
+                break
+            assert after.status not in ("ERROR", "TERMINATED", "CANCELLED"), after.status_info
+            assert time.monotonic() < deadline, (after.status, after.status_info)
+            time.sleep(0.5)
+        agents = {k.hostname: k.agent for k in after.kernels}
+        assert gone not in agents.values() and len(set(agents.values())) == 2, agents
+        assert after.restart_history[0].kernel == "sub1"
+        for k in after.kernels:
+            code, out = c.exec("moves", ["printenv", "TROUPE_RESTART_COUNT"], kernel=k.hostname)
+            assert (code, out.strip()) == (0, "1"), (k.hostname, out)
+        code, out = c.exec("moves", ["sh", "-c", "ssh sub1 hostname"])
+        assert (code, out.strip()) == (0, "sub1"), out
+        cluster.start_agent(node)
+        cluster.server.wait_agents({gone: "ALIVE"})
+        wait_no_kernels(node, info.id, timeout=60)
+        assert c.get_session("moves").status == "RUNNING"
+    finally:
+        c.destroy_session("moves")

@@ -25,6 +25,7 @@ from troupe.api import exec as wire_exec
 from troupe.api.agent import (
     AGENT_PREFIX,
     AgentCapacity,
+    KernelRestarted,
     KernelSpec,
     KernelStarted,
     KernelState,
@@ -123,6 +124,10 @@ def create_agent_app(backend: DockerAgent, token: str) -> FastAPI:
     @app.post(f"{AGENT_PREFIX}/kernels")
     async def create_kernels(specs: list[KernelSpec]) -> list[KernelStarted]:
         return await backend.create_kernels(specs)
+
+    @app.post(f"{AGENT_PREFIX}/kernels/restart")
+    async def restart_kernels(specs: list[KernelSpec]) -> list[KernelRestarted]:
+        return await backend.restart_kernels(specs)
 
     @app.post(f"{AGENT_PREFIX}/ready")
     async def ready(req: ReadyRequest) -> dict[str, ReadyTimes]:

@@ -26,7 +26,7 @@ from troupe.agent import exec as execs
 from troupe.agent import gpus as gpu_discovery
 from troupe.agent import logs as klogs
 from troupe.agent import metrics as kmetrics
-from troupe.agent import netns, networks, ready, runtime
+from troupe.agent import netns, networks, ready, restart, runtime
 from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
 from troupe.agent.exec import ShellIO
@@ -56,6 +56,7 @@ from troupe.api.agent import (
     LABEL_SESSION,
     AgentCapacity,
     ExitHandler,
+    KernelRestarted,
     KernelSpec,
     KernelStarted,
     KernelState,
@@ -116,9 +117,11 @@ class DockerAgent(ImageOps):
         self._docker: aiodocker.Docker | None = None
         self._exits: ExitWatcher | None = None
         #: containers this agent is removing (their deaths are no news), kept a while after
-        self._removing: set[str] = set()
+        self.removing: set[str] = set()
         #: container id -> its readiness FIFO here, from its creation until its readiness wait
         self._events: dict[str, Path] = {}
+        #: container id -> its last start (ns) after a restart, until its readiness wait
+        self._since: dict[str, int] = {}
         #: the containers requests may name: this engine's troupe kernels (finding N5)
         self.kernels = Kernels(lambda: self.docker)
         #: ``--gpus`` and ``--nvidia-smi``; what start() found: the GPUs offered, or why none
@@ -155,7 +158,7 @@ class DockerAgent(ImageOps):
         else:
             log.info("offering no GPUs: %s", self.gpu_reason)
         if on_exit is not None:
-            self._exits = ExitWatcher(docker, on_exit, self._removing.__contains__)
+            self._exits = ExitWatcher(docker, on_exit, self.removing.__contains__)
             self._exits.start()
         self._sampler = kmetrics.Sampler(docker, self.metrics_interval, self.gpus, self._nvidia_smi)
         self._sampler.start()  # (samples nothing with an interval of 0)
@@ -242,18 +245,21 @@ class DockerAgent(ImageOps):
     # -- kernels ---------------------------------------------------------------
     async def create_kernels(self, specs: Sequence[KernelSpec]) -> list[KernelStarted]:
         """Creates and starts all kernels in parallel; raises the first failure. Every mount is
-        checked first (:class:`Invalid` before anything is created: a folder id
-        that is not one, or a folder outside ``<data_root>/folders``). Rollback is the caller's:
-        it removes everything labelled with the session.
-        """
+        checked first (:class:`Invalid` before anything is created: a folder id that is not
+        one, or outside ``<data_root>/folders``). Rollback (removing the session's) is the
+        caller's."""
         for spec in specs:
             for m in spec.mounts:
                 folder_path(self.folders_root, m)
         if any(s.mounts for s in specs):
             self.private_dirs()  # (again: the folders' parent may have been removed since)
-        return await gather_all(self._create_kernel(s) for s in specs)
+        return await gather_all(self.create_kernel(s) for s in specs)
 
-    async def _create_kernel(self, spec: KernelSpec) -> KernelStarted:
+    async def restart_kernels(self, specs: Sequence[KernelSpec]) -> list[KernelRestarted]:
+        """The kernels started again in their containers (:mod:`troupe.agent.restart`)."""
+        return await gather_all(restart.restart_kernel(self, s) for s in specs)
+
+    async def create_kernel(self, spec: KernelSpec) -> KernelStarted:
         """The kernel's files go in as a read-only bind mount of their archive, which the
         entrypoint unpacks; through the engine's archive upload where FILES_DIR is not ours.
         The archive stays until the container is removed (:meth:`remove_kernels`)."""
@@ -296,31 +302,26 @@ class DockerAgent(ImageOps):
                 + (f": {detail}" if detail else ""),
                 kernel=spec.hostname,
             )
-        nets = info.get("NetworkSettings", {}).get("Networks", {})
-        ip = (nets.get(spec.network) or {}).get("IPAddress") or None
-        started = info["State"].get("StartedAt")
-        return KernelStarted(
-            kernel_id=spec.kernel_id,
-            container_id=info["Id"],
-            ip=ip,
-            created_at=ready.engine_time(info["Created"]) if info.get("Created") else None,
-            started_at=ready.engine_time(started) if started else None,
-        )
+        return restart.started_of(spec, info)
+
+    def restarted(self, container_id: str, fifo: Path | None, started_ns: int) -> None:
+        """A container started again: its readiness FIFO, and where its new log begins."""
+        if fifo:
+            self._events[container_id] = fifo
+        self._since[container_id] = started_ns
 
     async def wait_ready(
         self, containers: dict[str, str], hosts: list[str], timeout: float
     ) -> dict[str, ReadyTimes]:
-        """Waits until this agent's kernels say they are ready (:mod:`troupe.agent.ready`).
-
-        ``containers``: hostname -> container id of the kernels here. ``hosts`` (every kernel
-        of the session) is not needed: each kernel knows its peers from its environment. The
-        manager asks once every kernel of the session started (on every agent): this says so
-        to each kernel here, which then probes its peers (:func:`peers_started`).
-        """
+        """Waits until this agent's kernels (``containers``: hostname -> id) say they are ready
+        (:mod:`troupe.agent.ready`); ``hosts`` is not needed (each kernel knows its peers).
+        Asked once every kernel of the session started: says so to each kernel here, which
+        then probes its peers (:func:`peers_started`)."""
         containers = {h: await self.kernels.resolve(c) for h, c in containers.items()}
         fifos = [f for c in containers.values() if (f := self._events.pop(c, None))]
+        since = {h: self._since.pop(c, 0) for h, c in containers.items()}
         with peers_started(fifos):
-            return await ready.wait_ready(self.docker, containers, timeout)
+            return await ready.wait_ready(self.docker, containers, timeout, since)
 
     async def signal_go(self, container_id: str) -> None:
         """Lets a batch main1 start its command (it waits until the session is ready)."""
@@ -336,23 +337,23 @@ class DockerAgent(ImageOps):
         Networks are removed separately (:meth:`remove_session_networks`), after the kernels
         on every agent are gone: an overlay cannot be removed while any host still uses it.
         """
-
-        async def remove(c: dict[str, Any]) -> tuple[str, str]:
-            host = c["Labels"].get(LABEL_HOSTNAME, c["Id"][:12])
-            self._removing.add(c["Id"])  # (its die event may come after the removal)
-            self._events.pop(c["Id"], None)
-            self.kernels.forget(c["Id"])
-            asyncio.get_running_loop().call_later(REMOVING_SECONDS, self._removing.discard, c["Id"])
-            # (kernels never have a TTY: container_config sets none)
-            text = await klogs.last_bytes(self.docker, c["Id"], self.saved_log_bytes, tty=False)
-            with contextlib.suppress(DockerError):  # already gone: nothing to remove
-                await self.docker.containers.container(c["Id"]).delete(force=True, v=True)
-            return host, text
-
         containers = await self._containers(f"{LABEL_SESSION}={session_id}")
-        logs = dict(await asyncio.gather(*(remove(c) for c in containers)))
+        texts = await asyncio.gather(*(self.remove_container(c["Id"]) for c in containers))
         remove_files(session_id)
-        return logs
+        hosts = [c["Labels"].get(LABEL_HOSTNAME, c["Id"][:12]) for c in containers]
+        return dict(zip(hosts, texts, strict=True))
+
+    async def remove_container(self, cid: str) -> str:
+        """Removes one kernel's container; its log's last ``saved_log_bytes``."""
+        self.removing.add(cid)  # (its die event may come after the removal)
+        self._events.pop(cid, None)
+        self.kernels.forget(cid)
+        asyncio.get_running_loop().call_later(REMOVING_SECONDS, self.removing.discard, cid)
+        # (kernels never have a TTY: container_config sets none)
+        text = await klogs.last_bytes(self.docker, cid, self.saved_log_bytes, tty=False)
+        with contextlib.suppress(DockerError):  # already gone: nothing to remove
+            await self.docker.containers.container(cid).delete(force=True, v=True)
+        return text
 
     async def list_kernels(self) -> list[KernelState]:
         """All troupe containers on this engine (for reconciliation after restarts)."""

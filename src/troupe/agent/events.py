@@ -105,6 +105,8 @@ async def kernel_exit(docker: aiodocker.Docker, event: dict[str, Any]) -> Kernel
     oom, error = False, ""
     with contextlib.suppress(DockerError):
         state = (await docker.containers.container(cid).show())["State"]
+        if state.get("Running"):  # started again since (a restart in place): old news
+            return None
         oom = bool(state.get("OOMKilled"))
         error = summary(str(state["Error"])) if state.get("Error") else ""
     return KernelExit(

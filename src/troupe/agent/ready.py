@@ -30,14 +30,18 @@ def engine_time(ts: str) -> str:
 
 
 async def kernel_ready(
-    docker: aiodocker.Docker, host: str, container_id: str, timeout: float
+    docker: aiodocker.Docker, host: str, container_id: str, timeout: float, since: int = 0
 ) -> ReadyTimes:
-    """Follows one kernel's log until it says it is ready; its phase times."""
+    """Follows one kernel's log until it says it is ready; its phase times. ``since``: the
+    start (engine nanoseconds) the lines must be of, after a restart (the log goes on across
+    starts: the earlier attempts' reports are no news)."""
     times: ReadyTimes = {}
     try:
         async with asyncio.timeout(timeout):
             async for line in follow_lines(docker, container_id):
                 ts, _, text = line.partition(" ")
+                if since and engine_nanos(ts) < since:
+                    continue
                 text = text.rstrip("\n")
                 if text == STARTED:
                     times["entrypoint"] = engine_time(ts)
@@ -52,10 +56,27 @@ async def kernel_ready(
     raise AgentFailed("stopped before it was ready", kernel=host)
 
 
+def engine_nanos(ts: str) -> int:
+    """The engine's RFC 3339 time (``...T10:00:00.123456789Z``) in nanoseconds (0: not one)."""
+    head, _, frac = ts.rstrip("Z").partition(".")
+    try:
+        seconds = int(datetime.fromisoformat(f"{head}+00:00").timestamp())
+    except ValueError:
+        return 0
+    return seconds * 1_000_000_000 + int((frac + "000000000")[:9])
+
+
 async def wait_ready(
-    docker: aiodocker.Docker, containers: dict[str, str], timeout: float
+    docker: aiodocker.Docker,
+    containers: dict[str, str],
+    timeout: float,
+    since: dict[str, int] | None = None,
 ) -> dict[str, ReadyTimes]:
-    """Every kernel's phase times, once all are ready; the first failure otherwise."""
+    """Every kernel's phase times, once all are ready; the first failure otherwise.
+    ``since``: hostname -> the start its lines must be of (:func:`kernel_ready`)."""
     hosts = list(containers)
-    times = await gather_all(kernel_ready(docker, h, containers[h], timeout) for h in hosts)
+    since = since or {}
+    times = await gather_all(
+        kernel_ready(docker, h, containers[h], timeout, since.get(h, 0)) for h in hosts
+    )
     return dict(zip(hosts, times, strict=True))

@@ -95,6 +95,15 @@ class KernelStarted(BaseModel):
     started_at: str | None = None
 
 
+class KernelRestarted(KernelStarted):
+    """A kernel started again for a restart of its session (``restart_kernels``)."""
+
+    #: the failed attempt's log (its last ``saved_log_bytes``), read before the new start
+    log: str = ""
+    #: made anew (its container was gone or killed for memory): a new container id
+    recreated: bool = False
+
+
 #: A kernel's start-up phases that only its agent sees: phase -> ISO 8601 UTC time.
 #: ``entrypoint``: the entrypoint finished setting up; ``ready``: every peer reachable.
 ReadyTimes = dict[str, str]
@@ -179,6 +188,7 @@ class AgentBackend(Protocol):
     async def wait_ready(
         self, containers: dict[str, str], hosts: list[str], timeout: float
     ) -> dict[str, ReadyTimes]: ...
+    async def restart_kernels(self, specs: Sequence[KernelSpec]) -> list[KernelRestarted]: ...
     async def signal_go(self, container_id: str) -> None: ...
     async def remove_kernels(self, session_id: str) -> dict[str, str]: ...
     async def list_kernels(self) -> list[KernelState]: ...

@@ -64,7 +64,7 @@ SESSION_MOVES: Mapping[SessionStatus, frozenset[SessionStatus]] = {
     S.SCHEDULED: frozenset({S.PREPARING, S.TERMINATING}),
     S.PREPARING: frozenset({S.RUNNING, S.TERMINATING}),
     S.RUNNING: frozenset({S.RESTARTING, S.TERMINATING}),
-    S.RESTARTING: frozenset({S.RUNNING, S.TERMINATING}),
+    S.RESTARTING: frozenset({S.RUNNING, S.PENDING, S.TERMINATING}),
     S.TERMINATING: frozenset({S.TERMINATED, S.ERROR}),
     S.TERMINATED: frozenset(),
     S.ERROR: frozenset(),
@@ -74,7 +74,7 @@ KERNEL_MOVES: Mapping[KernelStatus, frozenset[KernelStatus]] = {
     K.PENDING: frozenset({K.RUNNING, K.TERMINATED}),
     K.RUNNING: frozenset({K.EXITED, K.RESTARTING, K.TERMINATED}),
     K.EXITED: frozenset({K.RESTARTING, K.TERMINATED}),
-    K.RESTARTING: frozenset({K.RUNNING, K.TERMINATED}),
+    K.RESTARTING: frozenset({K.RUNNING, K.PENDING, K.TERMINATED}),
     K.TERMINATED: frozenset(),
 }
 AGENT_MOVES: Mapping[AgentStatus, frozenset[AgentStatus]] = {
@@ -97,13 +97,14 @@ WHY: Mapping[type[StrEnum], Mapping[tuple[str, str], str]] = {
         (S.SCHEDULED, S.TERMINATING): "destroyed, agent lost, or manager restarted",
         (S.PREPARING, S.RUNNING): "every kernel reaches every other (readiness barrier)",
         (S.PREPARING, S.TERMINATING): "a step failed or timed out, a kernel exited, destroyed",
-        (S.RUNNING, S.RESTARTING): "a kernel failed and restarts are left (max_restarts)",
+        (S.RUNNING, S.RESTARTING): "a kernel failed (or its agent was lost), restarts are left",
         (
             S.RUNNING,
             S.TERMINATING,
         ): "destroyed, a kernel exited, batch ended, agent lost, a clock ran out",
         (S.RESTARTING, S.RUNNING): "every kernel started again and reaches every other",
         (S.RESTARTING, S.TERMINATING): "the restart failed or timed out, destroyed",
+        (S.RESTARTING, S.PENDING): "a kernel's agent was lost: the session is placed again",
         (S.TERMINATING, S.TERMINATED): "kernels and network removed after a destroy or batch end",
         (S.TERMINATING, S.ERROR): "kernels and network removed after a failure",
     },
@@ -111,12 +112,13 @@ WHY: Mapping[type[StrEnum], Mapping[tuple[str, str], str]] = {
         (K.PENDING, K.RUNNING): "its container was created and started",
         (K.PENDING, K.TERMINATED): "the session ended before the kernel was created",
         (K.RUNNING, K.EXITED): "its container stopped on its own",
-        (K.RUNNING, K.RESTARTING): "its session restarts: its container is made again",
+        (K.RUNNING, K.RESTARTING): "its session restarts: its container starts again",
         (K.RUNNING, K.TERMINATED): "its container was removed",
-        (K.EXITED, K.RESTARTING): "its session restarts: its container is made again",
+        (K.EXITED, K.RESTARTING): "its session restarts: its container starts again",
         (K.EXITED, K.TERMINATED): "its container was removed",
-        (K.RESTARTING, K.RUNNING): "its container was made again and started",
+        (K.RESTARTING, K.RUNNING): "its container was started again",
         (K.RESTARTING, K.TERMINATED): "the session ended while it restarted",
+        (K.RESTARTING, K.PENDING): "its session is placed again (an agent was lost)",
     },
     AgentStatus: {
         (A.ALIVE, A.LOST): "no heartbeat for the agent time-out",
@@ -238,9 +240,14 @@ def transition(
     timeline = getattr(entity, "timeline", None)
     if isinstance(timeline, dict):
         entity.timeline = {**timeline, to.value: now.isoformat()}  # type: ignore[attr-defined]
-    # (``started_at`` is the first start: a restart's RUNNING again keeps it; the timeline
+    # (``started_at`` is the first start: a restart's RUNNING again keeps it, a re-placed
+    # session's too; the timeline
     # holds the latest time of each status)
-    if enum is S and to in _STAMPS and not (old == S.RESTARTING and to == S.RUNNING):
+    if (
+        enum is S
+        and to in _STAMPS
+        and not (to == S.RUNNING and getattr(entity, "started_at", None))
+    ):
         setattr(entity, _STAMPS[to], now)
     change = Change(
         _KIND[enum],

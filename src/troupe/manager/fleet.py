@@ -249,29 +249,43 @@ class Fleet:
         return saved
 
     async def sweep_orphans(self) -> None:
-        """Removes containers and networks of sessions this manager knows to be over."""
+        """Removes containers and networks of sessions this manager knows to be over, and the
+        containers of a live session on an agent that holds none of its kernels (left on an
+        agent that was LOST when the session was placed again elsewhere)."""
         held: dict[str, set[str]] = defaultdict(set)  # session id -> agents holding something
+        strays: dict[str, set[str]] = defaultdict(set)  # session id -> agents with containers
         for agent_id, agent in self.reachable().items():
             try:
-                ids = {k.session_id for k in await agent.list_kernels()}
-                ids |= await agent.list_session_ids_with_networks()
+                kernels = {k.session_id for k in await agent.list_kernels()}
+                ids = kernels | await agent.list_session_ids_with_networks()
             except TroupeError as e:
                 log.info("orphan sweep skips %s: %s", agent_id, e)
                 continue
             for sid in ids:
                 held[sid].add(agent_id)
+            for sid in kernels:
+                strays[sid].add(agent_id)
         if not held:
             return
         async with self.store() as db:
             rows = await db.execute(
-                select(Session.id).where(
-                    Session.id.in_(list(held)), Session.status.in_(SESSION_FINAL)
+                select(Session.id, Session.status).where(Session.id.in_(list(held)))
+            )
+            status = {sid: st for sid, st in rows}
+            placed = await db.execute(
+                select(Kernel.session_id, Kernel.agent_id).where(
+                    Kernel.session_id.in_(list(strays))
                 )
             )
-            over = list(rows.scalars())
-        for sid in over:
+            for sid, holder in placed:
+                strays[sid].discard(holder or "")
+        for sid in [s for s in held if status.get(s) in SESSION_FINAL]:
             log.info("removing leftovers of finished session %s", sid)
             await self.remove_session(sid, held[sid])
+        for sid, agents in strays.items():
+            if agents and status.get(sid) not in (None, *SESSION_FINAL):
+                log.info("removing containers of %s left on %s", sid, ", ".join(sorted(agents)))
+                await self.remove_session(sid, agents, networks=False)
 
     # -- agents on other hosts ---------------------------------------------------------
     async def register_remote(

@@ -9,6 +9,7 @@ happens while it runs.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import NamedTuple
 
 from troupe.api.agent import AgentBackend
@@ -83,7 +84,8 @@ def logs(
             source = store.lines(s.id, k.hostname)
         attempts = [] if evicted else range(s.restarts or 0)
         parts = [stamped(i, _label(k, a), store.lines(s.id, k.hostname, a)) for a in attempts]
-        parts.append(stamped(i, _label(k, s.restarts or 0, bool(attempts)), source))
+        last = stamped(i, _label(k, s.restarts or 0, bool(attempts)), source)
+        parts.append(_this_attempt(last, k) if attempts else last)
         streams.append(resumed(_chained(parts), cursor.positions[i]))
     return Logs(fair(merged(streams, follow=follow and live)), cursor)
 
@@ -92,6 +94,23 @@ def _label(k: Kernel, attempt: int, restarted: bool = True) -> str:
     """The name a kernel's lines carry: its hostname, with the attempt (``main1#0``) in a
     session that restarted, so every line's attempt is known (docs/policies.md)."""
     return f"{k.hostname}#{attempt}" if restarted else k.hostname
+
+
+async def _this_attempt(lines: AsyncIterator[LogLine], k: Kernel) -> AsyncIterator[LogLine]:
+    """The lines of the kernel's last start on: a restart in place starts the same container
+    again, and the engine's log of it goes on (the earlier attempts' lines are in their saved
+    copies)."""
+    started = k.timeline.get("started") if isinstance(k.timeline, dict) else None
+    since = 0
+    if started:
+        t = datetime.fromisoformat(started)
+        since = int(t.timestamp()) * 1_000_000_000 + t.microsecond * 1000
+    try:
+        async for line in lines:
+            if line.at >= since:
+                yield line
+    finally:
+        await close_stream(lines)
 
 
 async def _chained(parts: list[AsyncIterator[LogLine]]) -> AsyncIterator[LogLine]:

@@ -85,6 +85,9 @@ def kernel_conf(plan: SessionPlan, hostname: str) -> str:
         f"_troupe_uid={plan.uid}\n_troupe_gid={plan.gid}\n"
         f"_troupe_wait_go={wait_go}\n_troupe_chown='{writable}'\n"
         f"_troupe_ready_timeout={plan.ready_timeout}\n"
+        # (also in the container's environment; a restart in place keeps that one: this
+        # line, read at every start, gives every entry path the attempt's count)
+        f"export {RESTART_COUNT_VAR}={plan.restarts}\n"
     )
 
 

@@ -30,6 +30,7 @@ from troupe.manager.life import (
     placing,
     preparing,
     reconcile,
+    replacing,
     restarting,
     retention,
     teardown,
@@ -194,6 +195,19 @@ class Registry:
         for ev in inbox.exits:  # arrived between the readiness check and RUNNING
             await self._running_exit(ev)
 
+    async def _place_again(self, session_id: str) -> None:
+        """A session that lost an agent, on its way back to PENDING
+        (:mod:`troupe.manager.life.replacing`); the scheduler takes it from there."""
+        try:
+            await replacing.place_again(self.life, session_id)
+        except Exception as e:
+            log.exception("placing %s again failed", session_id)
+            info = {"reason": f"restart failed: could not place it again: {e}"}
+            await self.end(session_id, S.ERROR, info)
+        finally:  # (the scheduler may have placed it and started its preparer since)
+            if self._preparers.get(session_id) is asyncio.current_task():
+                del self._preparers[session_id]
+
     # -- loops -----------------------------------------------------------------------
     async def _scheduler_loop(self) -> None:
         last_sweep = time.monotonic()
@@ -257,6 +271,9 @@ class Registry:
                 self._spawn(self._running_exit(event), "kernel-exit")
         elif isinstance(event, AgentLost):
             for sid, host in (await victims_of(self.life, event.agent_id)).items():
+                if await replacing.begin(self.life, sid, event.agent_id, host, event.message):
+                    self._preparers[sid] = self._spawn(self._place_again(sid), f"replace-{sid}")
+                    continue
                 info = {
                     "reason": "agent lost",
                     "agent": event.agent_id,
@@ -265,7 +282,15 @@ class Registry:
                 }
                 self._spawn(self.end(sid, S.ERROR, info), f"agent-lost-{sid}")
         elif isinstance(event, AgentBack):
-            self._spawn(self.fleet.sweep_orphans(), "sweep")
+            self._spawn(self._sweep_then_place(), "sweep")
+
+    async def _sweep_then_place(self) -> None:
+        """An agent is back: what it holds of sessions over, or placed again elsewhere, is
+        removed before the scheduler may place a session there again (the same container
+        names)."""
+        try:
+            await self.fleet.sweep_orphans()
+        finally:
             self._wake.set()
 
     # -- folders ---------------------------------------------------------------------

@@ -24,6 +24,7 @@ from troupe.api.agent import (
     AGENT_PREFIX,
     AgentCapacity,
     ExitHandler,
+    KernelRestarted,
     KernelSpec,
     KernelStarted,
     KernelState,
@@ -192,6 +193,12 @@ class RemoteAgent:
             "POST", "/kernels", json=[s.model_dump() for s in specs], timeout=300
         )
         return [KernelStarted.model_validate(x) for x in data]
+
+    async def restart_kernels(self, specs: Sequence[KernelSpec]) -> list[KernelRestarted]:
+        data = await self._call(
+            "POST", "/kernels/restart", json=[s.model_dump() for s in specs], timeout=300
+        )
+        return [KernelRestarted.model_validate(x) for x in data]
 
     async def wait_ready(
         self, containers: dict[str, str], hosts: list[str], timeout: float

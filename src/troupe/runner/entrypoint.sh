@@ -46,6 +46,11 @@ if [ -f /opt/troupe-files.tar ] && [ "$_troupe_root" = 1 ]; then
 fi
 if [ -f "$_troupe_conf/kernel.conf" ]; then . "$_troupe_conf/kernel.conf"; fi
 [ -d "$_troupe_run" ] || mkdir -p "$_troupe_run"
+# A restart in place starts this container again: the last start's markers are old news (a
+# test per marker: no process where there is nothing to remove, as on a first start).
+for _troupe_f in started go sshd ready.err; do
+  [ -e "$_troupe_run/$_troupe_f" ] && rm -f "$_troupe_run/$_troupe_f"
+done
 # sh: the image's, else the runtime's; the login shell (and ready.sh's): bash where there is one
 _troupe_sh=/bin/sh
 if [ ! -x /bin/sh ] && [ -n "$_troupe_rt" ]; then _troupe_sh="$_troupe_rt/bin/sh"; fi

@@ -9,6 +9,7 @@ from troupe.manager.life import (
     placing,
     preparing,
     reconcile,
+    replacing,
     restarting,
     teardown,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "placing",
     "preparing",
     "reconcile",
+    "replacing",
     "restarting",
     "teardown",
 ]

@@ -17,7 +17,7 @@ from troupe.api.agent import KernelExit
 from troupe.api.lifecycle import KernelStatus, SessionStatus, transition, utcnow
 from troupe.manager.life import times
 from troupe.manager.life.context import Life
-from troupe.manager.life.judging import Outcome, exit_message, judge
+from troupe.manager.life.judging import RESTART_ACTOR, Outcome, exit_message, judge
 from troupe.manager.session_events import record_event
 from troupe.manager.store.models import Kernel, Session
 from troupe.manager.store.unit import changes_of
@@ -50,7 +50,11 @@ async def record_running_exit(life: Life, agent_id: str, ev: KernelExit) -> Outc
         if times.over_time(s, utcnow()):  # told to stop: the end once every kernel stopped
             end = times.grace_exit(s)
             return None if end is None else Outcome(SessionStatus.TERMINATED, *end)
-        return judge(s, k, ev, changes_of(db))
+        outcome = judge(s, k, ev, changes_of(db))
+        if outcome is not None and outcome.ending == SessionStatus.RESTARTING:
+            message = f"restart {s.restarts} of {s.max_restarts}: {k.hostname} {exit_message(ev)}"
+            await record_event(db, s.id, "restart", message, RESTART_ACTOR, kernel=k.hostname)
+        return outcome
 
     return await life.store.write(step)
 

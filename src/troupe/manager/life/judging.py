@@ -11,9 +11,14 @@ from troupe.api.agent import KernelExit
 from troupe.api.lifecycle import Change, KernelStatus, SessionStatus, transition, utcnow
 from troupe.api.models import SessionType, format_size
 from troupe.api.policies import HISTORY_LOG_LINES, SuccessPolicy
+from troupe.manager.session_events import policy
 from troupe.manager.store.models import Kernel, Session
 
 S, K = SessionStatus, KernelStatus
+
+
+#: Who restarts a session (its events' actor): the session's own rule.
+RESTART_ACTOR = policy("max_restarts")
 
 
 @dataclass(frozen=True)
@@ -112,22 +117,27 @@ def _counted(s: Session, info: dict[str, Any]) -> dict[str, Any]:
 def begin_restart(s: Session, k: Kernel, ev: KernelExit, changes: list[Change]) -> None:
     """RUNNING -> RESTARTING, every kernel RESTARTING, the failure in the restart history."""
     how = "ran out of memory" if ev.oom_killed else f"exited with {ev.exit_code}"
+    failure = {
+        "kernel": k.hostname,
+        "reason": "kernel ran out of memory" if ev.oom_killed else "kernel exited",
+        "exit_code": ev.exit_code,
+        "oom_killed": ev.oom_killed,
+        "last_logs": ev.last_logs[-HISTORY_LOG_LINES:],
+    }
+    restarting(s, failure, how, changes)
+
+
+def restarting(s: Session, failure: dict[str, Any], how: str, changes: list[Change]) -> None:
+    """The start of a restart: ``failure`` (kernel, reason, exit code, ...) in the restart
+    history, one more restart, RESTARTING for the session and its kernels."""
+    host = failure["kernel"]
     s.restart_history = [
         *(s.restart_history or []),
-        {
-            "attempt": s.restarts,
-            "kernel": k.hostname,
-            "reason": "kernel ran out of memory" if ev.oom_killed else "kernel exited",
-            "exit_code": ev.exit_code,
-            "oom_killed": ev.oom_killed,
-            "last_logs": ev.last_logs[-HISTORY_LOG_LINES:],
-            "at": utcnow().isoformat(),
-        },
+        {"attempt": s.restarts, **failure, "at": utcnow().isoformat()},
     ]
     s.restarts += 1
-    s.status_info = {
-        "reason": f"restarting: {k.hostname} {how} (restart {s.restarts} of {s.max_restarts})"
-    }
-    transition(s, S.RESTARTING, changes)
+    reason = f"restarting: {host} {how} (restart {s.restarts} of {s.max_restarts})"
+    s.status_info = {"reason": reason}
+    transition(s, S.RESTARTING, changes, reason=reason, actor=RESTART_ACTOR)
     for x in s.kernels:
         transition(x, K.RESTARTING, changes)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -36,6 +37,13 @@ def kernel_parts(kernels: Sequence[Kernel]) -> list[Part]:
     return parts
 
 
+def pending_since(s: Session) -> datetime:
+    """When the session last became PENDING: its creation, or its re-placement after a lost
+    agent (``max_pending_seconds`` counts from there)."""
+    again = (s.timeline or {}).get(SessionStatus.PENDING.value) if s.restarts else None
+    return datetime.fromisoformat(again) if again else s.created_at
+
+
 @dataclass
 class Pass:
     placed: list[str] = field(default_factory=list)
@@ -57,7 +65,7 @@ async def place_pending(life: Life) -> Pass:
         changes = changes_of(db)
         live = []
         for s in pending:
-            waited = (now - s.created_at).total_seconds()
+            waited = (now - pending_since(s)).total_seconds()
             if s.max_pending_seconds and waited >= s.max_pending_seconds:
                 limit = f"max_pending_seconds ({s.max_pending_seconds:g} s)"
                 reason = f"pending longer than {limit}"

@@ -39,9 +39,10 @@ from troupe.api.models import SessionType
 from troupe.manager.events import KernelExited
 from troupe.manager.kernels import session_kernel_specs
 from troupe.manager.life.context import Life, load
-from troupe.manager.life.judging import exit_info
+from troupe.manager.life.judging import RESTART_ACTOR, exit_info
 from troupe.manager.life.pulling import pull_missing
 from troupe.manager.networks import AgentNet, free_subnet, plan_network
+from troupe.manager.session_events import SYSTEM
 from troupe.manager.store.models import Agent, Session
 from troupe.manager.store.unit import changes_of
 
@@ -171,12 +172,19 @@ def _images(plan: Plan) -> set[tuple[str, str]]:
     return {(plan.kernels[k.id][1], k.image or plan.session.image) for k in plan.session.kernels}
 
 
-async def start_kernels(life: Life, plan: Plan, inbox: Inbox) -> None:
-    """The kernels' part of a start (and of a restart): create, readiness barrier, RUNNING,
-    then the batch "go"; :class:`Abandoned` when the session left ``plan.status``."""
+#: How a start's kernels come to be: made (a start) or started again (a restart in place).
+Starter = Callable[[Life, "Plan", Inbox], Awaitable[dict[str, KernelStarted]]]
+
+
+async def start_kernels(
+    life: Life, plan: Plan, inbox: Inbox, starter: Starter | None = None
+) -> None:
+    """The kernels' part of a start (and of a restart, whose ``starter`` starts them again):
+    create, readiness barrier, RUNNING, then the batch "go"; :class:`Abandoned` when the
+    session left ``plan.status``."""
     session_id = plan.session.id
-    plan.progress.step = "creating kernels"
-    started = await _create_kernels(life, plan, inbox)
+    plan.progress.step = "creating kernels" if starter is None else "starting the kernels again"
+    started = await (starter or _create_kernels)(life, plan, inbox)
     plan.progress.step = "waiting until every kernel reaches every other"
     times = await _wait_ready(life, session_id, plan, started, inbox)
     if not await _running(life, session_id, plan.status, times):
@@ -222,7 +230,9 @@ async def _begin_step(life: Life, session_id: str, claim: bool) -> Plan | None:
         subnet = ""
         if claim and set(agent_ids) <= {net.creator}:  # (before the changes: one UPDATE)
             s.subnet = subnet = await _free_subnet(life, db, [])
-        s.network = f"troupe-{session_id[:12]}"
+        # (a session placed again after a lost agent gets a network of a new name: the old
+        # one may still be in use on the lost host, which cannot be asked to leave it)
+        s.network = f"troupe-{session_id[:12]}" + (f"-{s.restarts}" if s.restarts else "")
         transition(s, S.PREPARING, changes_of(db), reason="creating network and kernels")
         spec = NetworkSpec(
             name=s.network,
@@ -307,16 +317,21 @@ async def settled(call: Awaitable[T]) -> T:
         raise
 
 
+def specs_by_agent(plan: Plan) -> dict[str, list[KernelSpec]]:
+    """The kernels' specs, by the agent that holds each."""
+    by_agent: dict[str, list[KernelSpec]] = defaultdict(list)
+    for spec in session_kernel_specs(plan.session, ready_timeout=plan.left()):
+        by_agent[plan.kernels[spec.kernel_id][1]].append(spec)
+    return by_agent
+
+
 async def _create_kernels(life: Life, plan: Plan, inbox: Inbox) -> dict[str, KernelStarted]:
     """Creates and starts every kernel on its agent; returns them by kernel id."""
-    specs = session_kernel_specs(plan.session, ready_timeout=plan.left())
-    by_agent: dict[str, list[KernelSpec]] = defaultdict(list)
-    for spec in specs:
-        by_agent[plan.kernels[spec.kernel_id][1]].append(spec)
+    by_agent = specs_by_agent(plan)
     started_lists = await settled(
         gather_all(life.fleet[a].create_kernels(ks) for a, ks in by_agent.items())
     )
-    _raise_exits(plan, inbox)
+    raise_exits(plan, inbox)
     return {k.kernel_id: k for lst in started_lists for k in lst}
 
 
@@ -378,7 +393,7 @@ async def _ready(
             finally:
                 exited.cancel()
             inbox.arrived.clear()
-            _raise_exits(plan, inbox)
+            raise_exits(plan, inbox)
         return {h: t for per_agent in await ready for h, t in per_agent.items()}
     finally:
         ready.cancel()
@@ -395,15 +410,17 @@ async def _running(
             return False
         for k in s.kernels:
             mark(k, times.get(k.hostname, {}))
-        if status == S.RESTARTING:
+        reason, actor = "every kernel is ready", SYSTEM
+        if status == S.RESTARTING:  # a restart's end: its attempt, by the session's rule
             s.status_info = {}
-        transition(s, S.RUNNING, changes_of(db), reason="every kernel is ready")
+            reason, actor = f"{reason} (attempt {s.restarts})", RESTART_ACTOR
+        transition(s, S.RUNNING, changes_of(db), reason=reason, actor=actor)
         return True
 
     return await life.store.write(step)
 
 
-def _raise_exits(plan: Plan, inbox: Inbox) -> None:
+def raise_exits(plan: Plan, inbox: Inbox) -> None:
     """Fails on the first exit reported by the agent that holds the kernel (others are
     dropped: an agent may speak only for its own kernels)."""
     inbox.exits = [

@@ -1,12 +1,16 @@
 """Restarting: RESTARTING -> RUNNING, the whole session again, in place.
 
 A kernel's failure with restarts left (:mod:`.judging`) moved the session and its kernels to
-RESTARTING. Here every kernel of the failed attempt is removed (its log saved as that
-attempt's), then made again on the same agent with the same name, hostname, address, keys,
-network and folders, and the start's own steps run again: the readiness barrier, RUNNING, the
-batch "go". Only the network's creation is skipped: it stays. ``TROUPE_RESTART_COUNT`` in
-every kernel is the session's ``restarts``. A kernel whose agent is LOST or gone cannot be
-restarted in place: the restart fails, and the session ends with the reason.
+RESTARTING. Here every kernel is started again in the container it had, on its agent
+(``restart_kernels``: killed if it still runs, its files written again, started; see
+:mod:`troupe.agent.restart`): the same container, name, hostname, address, keys, network and
+folders, without the removal and creation a fresh start pays. A container that is gone or was
+killed for memory is made anew by its agent. Then the start's own steps run again: the
+readiness barrier, RUNNING, the batch "go"; the network's creation is skipped (it stays).
+``TROUPE_RESTART_COUNT`` in every kernel is the session's ``restarts`` (the kernel's
+``kernel.conf``, read at every start). The failed attempt's log of each kernel is saved as
+that attempt's. A kernel whose agent is LOST or gone cannot be restarted in place: the
+restart fails, and the session ends with the reason.
 """
 
 from __future__ import annotations
@@ -16,12 +20,23 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from troupe.api.agent import NetworkSpec
+from troupe.api.agent import KernelStarted, NetworkSpec
+from troupe.api.aio import gather_all
 from troupe.api.errors import AgentFailed
 from troupe.api.lifecycle import SessionStatus
 from troupe.api.models import SessionType
 from troupe.manager.life.context import Life, load
-from troupe.manager.life.preparing import Abandoned, Inbox, Plan, Progress, guarded, start_kernels
+from troupe.manager.life.preparing import (
+    Abandoned,
+    Inbox,
+    Plan,
+    Progress,
+    guarded,
+    raise_exits,
+    settled,
+    specs_by_agent,
+    start_kernels,
+)
 
 S = SessionStatus
 
@@ -30,18 +45,27 @@ async def restart(life: Life, session_id: str, inbox: Inbox) -> dict[str, Any] |
     """Runs the restart; None once RUNNING again (or no longer ours), else why it failed."""
 
     async def steps(progress: Progress) -> None:
-        progress.step = "removing the kernels of the failed attempt"
+        progress.step = "starting the kernels again"
         plan, attempt = await _begin(life, session_id)
         plan.progress = progress
-        saved = await life.fleet.remove_session(session_id, plan.agents, networks=False)
-        # exits reported so far are the failed attempt's (other kernels that fell with the
-        # first, say): not failures of the restart
-        inbox.exits.clear()
-        inbox.arrived.clear()
-        if saved:
-            limit = life.config.saved_log_bytes
-            await asyncio.to_thread(life.logs.save, session_id, saved, limit, attempt - 1)
-        await start_kernels(life, plan, inbox)
+
+        async def again(life: Life, plan: Plan, inbox: Inbox) -> dict[str, KernelStarted]:
+            by_agent = specs_by_agent(plan)
+            lists = await settled(
+                gather_all(life.fleet[a].restart_kernels(ks) for a, ks in by_agent.items())
+            )
+            # exits reported so far are the failed attempt's (other kernels that fell with
+            # the first, say, or were killed for the restart): not failures of the restart
+            inbox.exits.clear()
+            inbox.arrived.clear()
+            saved = {plan.kernels[k.kernel_id][0]: k.log for ks in lists for k in ks if k.log}
+            if saved:
+                limit = life.config.saved_log_bytes
+                await asyncio.to_thread(life.logs.save, session_id, saved, limit, attempt - 1)
+            raise_exits(plan, inbox)
+            return {k.kernel_id: k for ks in lists for k in ks}
+
+        await start_kernels(life, plan, inbox, again)
 
     return await guarded(life, steps)
 
