@@ -53,3 +53,16 @@ def test_repo_cites_only_itself() -> None:
         if word in p.read_text(errors="replace")
     ]
     assert not cited, cited
+
+
+def test_test_modules_outside_packages_have_their_own_names() -> None:
+    """pytest imports a test folder without ``__init__.py`` by basename: two such modules of one
+    name stop the whole run at collection."""
+    tests = SRC.parents[1] / "tests"
+    loose = [
+        p
+        for p in tests.rglob("test_*.py")
+        if not (p.parent / "__init__.py").exists() and "vendor" not in p.parts
+    ]
+    names = [p.name for p in loose]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
