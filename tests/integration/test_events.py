@@ -5,7 +5,9 @@ user's creation is in ``troupe user audit``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 import uuid
 
 import pytest
@@ -73,3 +75,49 @@ def test_events_of_a_killed_kernel_and_an_admin_destroy(server: Server) -> None:
     assert r.returncode == 0, r.stderr
     audit = [json.loads(line) for line in r.stdout.splitlines()]
     assert ("admin", "user-create", user) in [(a["actor"], a["action"], a["target"]) for a in audit]
+
+
+def test_one_session_killed_restarted_and_destroyed_by_an_admin(server: Server) -> None:
+    """The issue's one session: created by its user, a kernel killed (a restart follows, by
+    the restart policy), then destroyed by an admin."""
+    admin = server.client()
+    user = f"ev-{uuid.uuid4().hex[:6]}"
+    key = admin.create_user(user).api_key
+    assert key
+    c = server.client(key)
+    name = f"{user}-life"
+    c.create_session(
+        SessionCreate(name=name, image=BASE_IMAGE, cluster_size=2, resources=SMALL, max_restarts=1)
+    )
+    try:
+        assert c.wait_session(name, until="running", timeout=180).status == "RUNNING"
+        sub1 = next(k for k in c.get_session(name).kernels if k.hostname == "sub1")
+        assert sub1.container_id
+        docker("kill", sub1.container_id)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            info = c.get_session(name)
+            if info.restarts == 1 and info.status == "RUNNING":
+                break
+            time.sleep(0.5)
+        assert (info.status, info.restarts) == ("RUNNING", 1), info
+        admin.destroy_session(info.id)
+        assert c.wait_session(name, until="final", timeout=60).status == "TERMINATED"
+        r = server.cli("session", "events", name, "--json", key=key)
+        assert r.returncode == 0, r.stderr
+        got = steps([json.loads(line) for line in r.stdout.splitlines()])
+        assert got == [
+            ("status", "PENDING", f"user {user}"),
+            ("status", "SCHEDULED", "scheduler"),
+            ("status", "PREPARING", "system"),
+            ("status", "RUNNING", "system"),
+            ("kernel-exit", "sub1", "system"),
+            ("status", "RESTARTING", "policy max_restarts"),
+            ("restart", "sub1", "policy max_restarts"),
+            ("status", "RUNNING", "policy max_restarts"),
+            ("status", "TERMINATING", "admin admin"),
+            ("status", "TERMINATED", "admin admin"),
+        ], got
+    finally:
+        with contextlib.suppress(Exception):
+            admin.destroy_session(c.get_session(name).id)
