@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from troupe.api.durations import format_duration
 from troupe.api.lifecycle import AgentStatus, KernelStatus, SessionStatus
 from troupe.api.models import AgentInfo, KernelInfo, Resources, SessionInfo
 from troupe.cluster.contract import ClusterMode
@@ -88,19 +89,11 @@ def mode_text(mode: str, size: int) -> str:
 
 
 def age_text(since: datetime, now: datetime | None = None) -> str:
-    """``45 s``, ``3 min``, ``2 h 5 min``, ``4 d``: how long ago, for tables."""
+    """``45 s``, ``3 min``, ``2 h 5 min``, ``4 d 2 h``: how long ago, for tables."""
     now = now or datetime.now(UTC)
     if since.tzinfo is None:
         since = since.replace(tzinfo=UTC)
-    s = max(int((now - since).total_seconds()), 0)
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min"
-    if s < 86400:
-        h, m = divmod(s // 60, 60)
-        return f"{h} h {m} min" if m else f"{h} h"
-    return f"{s // 86400} d"
+    return format_duration((now - since).total_seconds())
 
 
 def kernels_running(s: SessionInfo) -> str | None:
