@@ -17,13 +17,15 @@ from troupe.manager.auth import KeyCache
 
 @contextmanager
 def user_queries(h: Harness) -> Iterator[list[str]]:
-    """The statements on the users table while inside."""
+    """The reads of the users table while inside (a key's look-up is a SELECT; background
+    sweeps, such as the one of expired web sessions, may name the table in a DELETE's
+    subquery at any moment and are no look-up)."""
     assert h.app is not None
     engine = h.app.state.db.engine.sync_engine
     seen: list[str] = []
 
     def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if "FROM users" in statement:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM users" in statement:
             seen.append(statement)
 
     event.listen(engine, "before_cursor_execute", before)
