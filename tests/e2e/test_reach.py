@@ -107,7 +107,13 @@ def test_printed_config_serves_plain_ssh_scp_rsync_sftp(
     assert f"Host {torch3}" in block and "User work" in block
     assert "StrictHostKeyChecking yes" in block and "IdentityFile" in block
     known = re.search(r"UserKnownHostsFile (\S+)", block)
-    assert known and Path(known.group(1)).read_text().count("ssh-ed25519") == 1
+    alias = re.search(r"HostKeyAlias (\S+)", block)
+    assert known and alias
+    # one pinned key for this session (the file also holds other sessions' of earlier tests)
+    pinned = Path(known.group(1)).read_text().splitlines()
+    assert [line.split()[1] for line in pinned if line.split()[0] == alias.group(1)] == [
+        "ssh-ed25519"
+    ], pinned
     out = ok(me.run("ssh", "-F", str(ssh_config), torch3, "ssh sub1 hostname; hostname"))
     assert out.split() == ["sub1", "main1"]
     data = os.urandom(300_000)
