@@ -42,6 +42,17 @@ def test_parses_a_real_h100() -> None:
     )
 
 
+def test_parses_a_real_h200() -> None:
+    # nvidia-smi 580.159.04 on an H200 machine, asked exactly what the agent asks
+    (gpu,) = gpus.parse((DATA / "nvidia-smi-h200.csv").read_text())
+    assert gpu == GpuInfo(
+        index=0,
+        uuid="GPU-32687653-874c-a679-2ac6-a1ff5fb48262",
+        model="NVIDIA H200",
+        memory=143771 * MiB,
+    )
+
+
 def test_parses_several_in_index_order_and_unknown_memory() -> None:
     text = "1, GPU-b, Model B, [N/A]\n\n0, GPU-a, Model, with comma, 1024\n"
     got = gpus.parse(text)

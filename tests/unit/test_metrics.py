@@ -154,6 +154,20 @@ async def test_gpu_figures_from_the_standin_nvidia_smi(tmp_path: Path) -> None:
     assert sampler.parse_gpu_usage("garbage\n\n0, x\n") == []
 
 
+def test_parses_a_real_h200_idle_and_busy() -> None:
+    # nvidia-smi 580.159.04 on an H200 machine, asked exactly UTIL_QUERY: idle, then during a
+    # loop of 8192 x 8192 matrix products (torch, CUDA)
+    real = DATA.parent
+    uuid = "GPU-32687653-874c-a679-2ac6-a1ff5fb48262"
+    total = 143771 * MiB
+    idle = sampler.parse_gpu_usage((real / "nvidia-smi-h200-util-idle.csv").read_text())
+    assert idle == [GpuSample(index=0, uuid=uuid, util_pct=0.0, mem_bytes=0, mem_total=total)]
+    busy = sampler.parse_gpu_usage((real / "nvidia-smi-h200-util-busy.csv").read_text())
+    assert busy == 2 * [
+        GpuSample(index=0, uuid=uuid, util_pct=100.0, mem_bytes=1395 * MiB, mem_total=total)
+    ]
+
+
 # -- since -------------------------------------------------------------------------------------
 def test_since_is_epoch_seconds_or_rfc3339() -> None:
     assert parse_since(None) is None
