@@ -211,17 +211,17 @@ async def floor_multihost(
     docks: list[aiodocker.Docker], n: int, o: Opts, run: Run, tag: str
 ) -> None:
     """The floor over the test bed: an attachable overlay network made on node 1 (the swarm's
-    manager), n/hosts containers on each node's engine attached to it, each publishing sshd's
-    port on its node's address (the host cannot reach overlay addresses); ready when the host
-    has read every sshd's banner through those ports."""
+    manager), the containers spread over the nodes' engines as :func:`shares` says, attached to
+    it, each publishing sshd's port on its node's address (the host cannot reach overlay
+    addresses); ready when the host has read every sshd's banner through those ports."""
     name = f"{PREFIX}fm{n}-{tag}"
     o.subnet_skip += 1
     subnets = list(ipaddress.ip_network(MH_FLOOR_POOL).subnets(new_prefix=24))
     subnet = str(subnets[o.subnet_skip % 200])
-    per = n // len(docks)
+    nodes = [node for node, k in enumerate(shares(n, len(docks))) for _ in range(k)]
 
     def place(i: int) -> Placement:
-        node = i // per
+        node = nodes[i]
         addr, port = f"10.123.0.{11 + node}", MH_FLOOR_PORT + i
         config = sshd_container(o, i, name)
         config["ExposedPorts"] = {f"{SSH_PORT}/tcp": {}}
@@ -239,6 +239,12 @@ async def floor_multihost(
         "IPAM": ipam,
     }
     await timed_floor(run, n, o, name, lambda: docks[0].networks.create(net), place)
+
+
+def shares(n: int, hosts: int) -> list[int]:
+    """n kernels over hosts as evenly as they go, the first hosts taking one more (64 over 3:
+    22, 21, 21): the floor's layout, and what each test-bed agent has room for."""
+    return [n // hosts + (1 if h < n % hosts else 0) for h in range(hosts)]
 
 
 # --- B: docker-compose --------------------------------------------------------------------

@@ -14,12 +14,12 @@ For each N, rounds interleave three ways of getting N containers with sshd on po
 The three live in bench/methods.py. The same per-container limits (--cpu, --mem) apply to all
 three. Prints medians, p90s and ratios and writes them with every round to
 bench/results/ready.json; never passes or fails on time (machines differ). ``--scale`` instead
-runs a 32-kernel single-node session against the floor, and a 12-kernel multi-node session
-over the 3-host test bed (scripts/testbed.sh) against a floor there (an overlay network, 4
-containers per host, each publishing sshd's port on its host's address), and writes
-bench/results/ready-scale.json. Everything made is named ``tbench-*`` (troupe's own
-containers: ``troupe-<session id>-*`` of sessions named ``tbench-*``) and removed on failure
-or Ctrl-C.
+runs a 32-kernel single-node session against the floor, and a 64-kernel multi-node session
+(--mh-kernels) over the 3-host test bed (scripts/testbed.sh) against a floor there (an overlay
+network, 22/21/21 containers per host, each publishing sshd's port on its host's address), and
+writes bench/results/ready-scale.json (``--scale-size 0``: the multi-node part alone).
+Everything made is named ``tbench-*`` (troupe's own containers: ``troupe-<session id>-*`` of
+sessions named ``tbench-*``) and removed on failure or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from methods import (
     compose,
     floor,
     floor_multihost,
+    shares,
     troupe,
 )
 
@@ -127,14 +128,12 @@ def show(run: Run, n_rounds: int) -> None:
 async def multihost(
     o: Opts, hosts: int, kernels: int, n_rounds: int, warmup: int, keep: bool
 ) -> dict[str, Any]:
-    """A multi-node session over the test bed's hosts, ``kernels/hosts`` kernels per host,
-    against the floor on the same engines (:func:`floor_multihost`).
+    """A multi-node session over the test bed's hosts, about ``kernels/hosts`` kernels per
+    host (:func:`shares`), against the floor on the same engines (:func:`floor_multihost`).
 
-    Brings the bed up if it is not (and then down again). Each agent has room for its share
-    and no more, so the scheduler must spread the session over an overlay network.
+    Brings the bed up if it is not (and then down again). Each agent has room for the largest
+    share and no more, so the scheduler must spread the session over an overlay network.
     """
-    if kernels % hosts:
-        raise ValueError("kernels must be a multiple of hosts")
     was_up = bed_nodes() > 0
     if was_up and bed_nodes() < hosts:
         raise RuntimeError(f"a test bed of fewer than {hosts} nodes is up (someone else's?)")
@@ -156,7 +155,7 @@ async def multihost(
             host=TB_HOST,
             subnet_pool=TROUPE_POOL,
         )
-        share = kernels // hosts
+        share = max(shares(kernels, hosts))
         for i in range(1, hosts + 1):
             # room for `share` kernels and half of one more: sums of float cores stay below it
             agents.append(start_agent(server, i, token, cpu=(share + 0.5) * o.cpu))
@@ -271,6 +270,7 @@ def meta(args: argparse.Namespace, o: Opts) -> dict[str, Any]:
 
 async def amain(args: argparse.Namespace, o: Opts) -> dict[str, Any]:
     sizes = [args.scale_size] if args.scale else [int(x) for x in args.sizes.split(",")]
+    sizes = [n for n in sizes if n > 0]  # --scale-size 0: the multi-node part alone
     methods = ["floor", "troupe"] if args.scale else args.methods.split(",")
     n_rounds = args.scale_rounds if args.scale else args.rounds
     result: dict[str, Any] = {"meta": meta(args, o)}
@@ -282,9 +282,9 @@ async def amain(args: argparse.Namespace, o: Opts) -> dict[str, Any]:
                 table["floor"] = lambda n, run, tag: floor(dk, n, o, run, tag)
             if "compose" in methods:
                 table["compose"] = lambda n, run, tag: compose(n, o, run, tag)
-            if "troupe" in methods:
-                cpu = max(2.0, max(sizes) * o.cpu)
-                mem = max(8 * 1024**3, max(sizes) * parse_size(o.mem))
+            if "troupe" in methods and sizes:
+                cpu = max(2.0, max(sizes, default=0) * o.cpu)
+                mem = max(8 * 1024**3, max(sizes, default=0) * parse_size(o.mem))
                 server = start_server(
                     "--cpu", f"{cpu:g}", "--mem", str(mem), "--log-level", "warning",
                     subnet_pool=TROUPE_POOL,
@@ -298,9 +298,10 @@ async def amain(args: argparse.Namespace, o: Opts) -> dict[str, Any]:
                 f"[bold]{'scale: ' if args.scale else ''}N={sizes}, {n_rounds} rounds, "
                 f"methods {list(table)}, {o.cpu:g} CPU / {o.mem} per container[/]"
             )
-            runs = await rounds(table, sizes, n_rounds, args.warmup, o)
-            result.update({"runs": [asdict(r) for r in runs], **summarize(runs, METHODS)})
-            print_tables("start-up (up) and teardown (down), seconds", result, console)
+            if sizes:
+                runs = await rounds(table, sizes, n_rounds, args.warmup, o)
+                result.update({"runs": [asdict(r) for r in runs], **summarize(runs, METHODS)})
+                print_tables("start-up (up) and teardown (down), seconds", result, console)
         if args.scale and not args.no_multihost:
             if server is not None:
                 await destroy_all(server)
@@ -348,10 +349,12 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=180, help="limit of one start or teardown")
     ap.add_argument("--scale", action="store_true", help="N=32 vs floor, and multi-node")
     ap.add_argument("--scale-rounds", type=int, default=3)
-    ap.add_argument("--scale-size", type=int, default=32, help="--scale: single-node kernels")
+    ap.add_argument(
+        "--scale-size", type=int, default=32, help="--scale: single-node kernels (0: none)"
+    )
     ap.add_argument("--no-multihost", action="store_true", help="--scale without the test bed")
     ap.add_argument("--hosts", type=int, default=3, help="--scale: test-bed hosts")
-    ap.add_argument("--mh-kernels", type=int, default=12, help="--scale: multi-node kernels")
+    ap.add_argument("--mh-kernels", type=int, default=64, help="--scale: multi-node kernels")
     ap.add_argument("--out", type=Path, help="JSON file (default bench/results/ready.json)")
     ap.add_argument("--keep", action="store_true", help="keep the server's temp dir (logs)")
     args = ap.parse_args()

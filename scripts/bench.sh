@@ -3,7 +3,7 @@
 # Docker and docker-compose, the CLI, the API with many stored sessions, the scheduler. They
 # print figures and write JSON under bench/results/; none passes or fails on time. Run on an
 # otherwise idle machine. Extra arguments go to bench/ready.py (e.g. --rounds 8).
-# Scale runs (32 kernels on one node, 12 over the 3-host test bed): bench/ready.py --scale.
+# Scale runs (32 kernels on one node, 64 over the 3-host test bed): bench/ready.py --scale.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"

@@ -27,6 +27,7 @@
 # /var/lib/troupe-tb/tt<i> (on a tmpfs), cgroup parent /tt<i>, log /run/troupe-tb/tt<i>/dockerd.log.
 # The host is 10.123.0.1 on ttbr0: a process listening there (or on 0.0.0.0) is reachable from
 # every node. Host iptables change: one FORWARD ACCEPT rule -i/-o ttbr0 tagged troupe-testbed (P2).
+# Host sysctl change: the neighbour (ARP) table's limits raised while the bed is up (P15).
 set -euo pipefail
 
 readonly DOCKER=/usr/bin/docker # P14: not /usr/local/bin/docker
@@ -39,6 +40,14 @@ readonly HOST_IP=10.123.0.1
 readonly TAG=troupe-testbed
 readonly MAX_NODES=8
 readonly SWARM_POOL=10.210.0.0/16
+# P15: the kernel has one neighbour (ARP/NDP) table for all network namespaces, so the bed's
+# nodes share what real hosts each have alone: every kernel of a session that reaches its N-1
+# peers holds N-1 entries, and a 64-kernel session (4032) overflows the default hard limit
+# (gc_thresh3 = 1024: "neighbour: arp_cache: neighbor table overflow!" in dmesg, connections
+# stall in ARP, readiness times out). `up` raises gc_thresh2/3 to at least these (and saves
+# the values it found); `down` puts the saved values back.
+readonly NEIGH_LIMITS="gc_thresh2=8192 gc_thresh3=16384"
+readonly NEIGH_SAVED=/run/troupe-tb.neigh
 readonly SHIM_SOCKETS=/run/containerd/s # shared with the host's containerd (P5)
 readonly SELF=$(readlink -f "${BASH_SOURCE[0]}")
 IMAGES=${TB_IMAGES-troupe/base:0.1.0}
@@ -190,7 +199,7 @@ discover_nodes() {
   [ ${#seen[@]} -eq 0 ] || printf '%s\n' "${!seen[@]}" | sort -n
 }
 any_leftover() {
-  [ -n "$(discover_nodes)" ] || [ -e "$RUN_ROOT" ] || [ -e "$LIB_ROOT" ] ||
+  [ -n "$(discover_nodes)" ] || [ -e "$RUN_ROOT" ] || [ -e "$LIB_ROOT" ] || [ -e "$NEIGH_SAVED" ] ||
     [ -e "/sys/class/net/$BRIDGE" ] || [[ $(iptables -w -S 2>/dev/null) == *"--comment $TAG"* ]]
 }
 
@@ -334,6 +343,7 @@ teardown() {
     iptables -w "${args[@]}" || warn "could not delete iptables rule: $line"
   done
   for i in ${nodes[@]+"${nodes[@]}"}; do remove_cgroups "$i"; done
+  restore_neigh
   unmount_all
   rm -rf --one-file-system "$RUN_ROOT" "$LIB_ROOT" || warn "could not remove all of $RUN_ROOT $LIB_ROOT"
   PHASES+="cleanup $(since "$t") s"
@@ -473,8 +483,34 @@ sync_images() {
 }
 
 # --- build ----------------------------------------------------------------------------------
+# P15: raise the neighbour table's limits (IPv4 and IPv6) to NEIGH_LIMITS where lower; the
+# values found go to NEIGH_SAVED (once: an `up` over a partial bed keeps the first ones)
+raise_neigh() {
+  local kv key want f cur
+  for kv in $NEIGH_LIMITS; do
+    key=${kv%%=*} want=${kv#*=}
+    for f in /proc/sys/net/ipv4/neigh/default/$key /proc/sys/net/ipv6/neigh/default/$key; do
+      [ -w "$f" ] || continue
+      cur=$(<"$f")
+      [ "$cur" -lt "$want" ] || continue
+      [ -e "$NEIGH_SAVED" ] && grep -q "^$f " "$NEIGH_SAVED" || echo "$f $cur" >>"$NEIGH_SAVED"
+      echo "$want" >"$f"
+    done
+  done
+}
+restore_neigh() {
+  local f v
+  [ -e "$NEIGH_SAVED" ] || return 0
+  while read -r f v; do
+    [[ $f == /proc/sys/net/ipv[46]/neigh/default/gc_thresh[23] && $v =~ ^[0-9]+$ ]] || continue
+    echo "$v" >"$f" || warn "could not restore $f to $v"
+  done <"$NEIGH_SAVED"
+  rm -f "$NEIGH_SAVED"
+}
+
 setup_network() {
   local n=$1 i
+  raise_neigh
   ip link add "$BRIDGE" type bridge
   ip addr add "$HOST_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
@@ -559,6 +595,7 @@ cmd_up() {
   host_image_ids
   local table
   if table=$(check_bed "$n" 1); then
+    raise_neigh
     sync_images "$n"
     echo "$table"
     echo "up: already healthy ($(since "$T0") s)"

@@ -31,6 +31,14 @@ NET = "tt-test-net"
 #: container name suffix -> node index
 KERNELS = {"main1": 1, "sub1": 2, "sub2": 3}
 NUL = bytes(1)
+#: P15: the neighbour table's limits the bed raises (IPv4; IPv6 alike), and what they are at least
+NEIGH = {
+    f"/proc/sys/net/ipv4/neigh/default/{k}": v
+    for k, v in (("gc_thresh2", 8192), ("gc_thresh3", 16384))
+}
+NEIGH_SAVED = Path("/run/troupe-tb.neigh")
+#: their values before the bed (read by the ``bed`` fixture)
+NEIGH_BEFORE: dict[str, int] = {}
 
 
 def node_ip(i: int) -> str:
@@ -105,6 +113,7 @@ def leftovers() -> list[str]:
         if pid != me and b"/run/troupe-tb/" in argv:
             found.append(f"process {pid}: {argv.replace(NUL, b' ').decode(errors='replace')}")
     found += [f"dir {d}" for d in ("/run/troupe-tb", "/var/lib/troupe-tb") if os.path.exists(d)]
+    found += [f"file {NEIGH_SAVED}"] if NEIGH_SAVED.exists() else []
     rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
     found += [f"iptables {r}" for r in rules.splitlines() if "troupe-testbed" in r]
     found += [f"cgroup {d}" for d in glob.glob("/sys/fs/cgroup/*/tt[0-9]*")]
@@ -125,6 +134,7 @@ def bed() -> Iterator[dict[str, tuple[str, bool]]]:
     if img.returncode != 0:
         pytest.fail(f"image {BASE_IMAGE} missing on the host engine; run scripts/setup.sh first")
     before = host_containers()
+    NEIGH_BEFORE.update({f: int(Path(f).read_text()) for f in NEIGH})
     try:
         t = time.monotonic()
         r = tb("up", str(N))
@@ -155,6 +165,12 @@ def test_three_nodes_ready_in_one_swarm(bed: object) -> None:
     host_id = host_docker("image", "inspect", "-f", "{{.Id}}", BASE_IMAGE).strip()
     for i in range(1, N + 1):
         assert nd(i, "image", "inspect", "-f", "{{.Id}}", BASE_IMAGE).strip() == host_id
+
+
+def test_neighbour_table_limits_raised_while_up(bed: object) -> None:
+    # P15: the nodes share the host's one neighbour table (a 64-kernel session needs 4032)
+    for f, least in NEIGH.items():
+        assert int(Path(f).read_text()) == max(least, NEIGH_BEFORE[f])
 
 
 def test_status_env_and_exec(bed: object) -> None:
@@ -250,6 +266,7 @@ def test_down_after_crash_leaves_nothing(bed: dict[str, tuple[str, bool]]) -> No
     print(f"testbed down (graceful, one dockerd killed): {time.monotonic() - t:.2f} s {r.stdout}")
     assert r.returncode == 0, r.stdout + r.stderr
     assert leftovers() == []
+    assert {f: int(Path(f).read_text()) for f in NEIGH} == NEIGH_BEFORE  # P15: put back
     r = tb("status")
     assert r.returncode == 1 and "no test bed" in r.stdout
     r = tb("down")

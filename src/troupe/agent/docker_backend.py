@@ -314,14 +314,15 @@ class DockerAgent(ImageOps):
         self, containers: dict[str, str], hosts: list[str], timeout: float
     ) -> dict[str, ReadyTimes]:
         """Waits until this agent's kernels (``containers``: hostname -> id) say they are ready
-        (:mod:`troupe.agent.ready`); ``hosts`` is not needed (each kernel knows its peers).
+        (:mod:`troupe.agent.ready`); of ``hosts`` only their count is needed (each kernel knows
+        its peers), for the neighbour table's check.
         Asked once every kernel of the session started: says so to each kernel here, which
         then probes its peers (:func:`peers_started`)."""
         containers = {h: await self.kernels.resolve(c) for h, c in containers.items()}
         fifos = [f for c in containers.values() if (f := self._events.pop(c, None))]
         since = {h: self._since.pop(c, 0) for h, c in containers.items()}
         with peers_started(fifos):
-            return await ready.wait_ready(self.docker, containers, timeout, since)
+            return await ready.wait_ready(self.docker, containers, timeout, since, len(hosts))
 
     async def signal_go(self, container_id: str) -> None:
         """Lets a batch main1 start its command (it waits until the session is ready)."""

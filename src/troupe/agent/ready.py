@@ -15,6 +15,7 @@ from datetime import datetime
 
 import aiodocker
 
+from troupe.agent import neighbours
 from troupe.agent.logs import READY, STARTED, follow_lines
 from troupe.api.agent import ReadyTimes
 from troupe.api.aio import gather_all
@@ -71,12 +72,23 @@ async def wait_ready(
     containers: dict[str, str],
     timeout: float,
     since: dict[str, int] | None = None,
+    cluster_size: int = 0,
 ) -> dict[str, ReadyTimes]:
-    """Every kernel's phase times, once all are ready; the first failure otherwise.
+    """Every kernel's phase times, once all are ready; the first failure otherwise, with the
+    cause when the host's neighbour table overflowed meanwhile (:mod:`.neighbours`, which
+    also warns first when the ``cluster_size`` kernels' session may not fit it).
     ``since``: hostname -> the start its lines must be of (:func:`kernel_ready`)."""
     hosts = list(containers)
     since = since or {}
-    times = await gather_all(
-        kernel_ready(docker, h, containers[h], timeout, since.get(h, 0)) for h in hosts
-    )
+    neighbours.check(len(hosts), cluster_size)
+    before = neighbours.overflows()
+    try:
+        times = await gather_all(
+            kernel_ready(docker, h, containers[h], timeout, since.get(h, 0)) for h in hosts
+        )
+    except AgentFailed as e:
+        note = neighbours.overflow_note(before)
+        if not note:
+            raise
+        raise AgentFailed(f"{e.message}{note}", kernel=e.kernel) from e
     return dict(zip(hosts, times, strict=True))
