@@ -171,11 +171,17 @@
         charts.forEach((c) => c.draw());
         newest = Math.max(newest ?? 0, k.samples[k.samples.length - 1].t);
       }
-      if (kernels.size) note.textContent = "Live: the newest sample of each kernel, every few seconds.";
-      const final = ["TERMINATED", "ERROR", "CANCELLED"].includes(m.status);
       if (m.summary) { showSummary(note, m.summary); return false; }
-      if (final && ++after > 3) {
-        note.textContent = kernels.size ? "The session ended." : "No utilisation was recorded.";
+      const final = troupe.FINAL.includes(m.status);
+      if (!final) {
+        if (kernels.size) note.textContent = "Live: the newest sample of each kernel, every few seconds.";
+        return newest;
+      }
+      // Ended: its summary is stored a moment after the end, when anything was sampled; a
+      // session that ended before its first sample has none (asked a few more times).
+      note.textContent = kernels.size ? "The session ended; reading what it used…" : note.dataset.none;
+      if (++after > 3) {
+        if (kernels.size) note.textContent = "The session ended.";
         return false;
       }
       return newest;
@@ -186,7 +192,7 @@
     const cpu = +row.dataset.cpu, mem = +row.dataset.mem;
     const charts = [
       new Chart(row, "CPU used", [{label: "used", color: C.used}, {label: "total", color: C.limit, dash: [4, 3]}],
-        (s) => [s.cpu_cores, cpu], (s) => `${num(s.cpu_cores)} of ${cores(cpu)}, ${s.kernels} kernels`, (v) => num(v)),
+        (s) => [s.cpu_cores, cpu], (s) => `${num(s.cpu_cores)} of ${cores(cpu)}, ${s.kernels} kernel${s.kernels === 1 ? "" : "s"}`, (v) => num(v)),
       new Chart(row, "Memory used", [{label: "used", color: C.used}, {label: "total", color: C.limit, dash: [4, 3]}],
         (s) => [s.mem_bytes, mem], (s) => `${bytes(s.mem_bytes)} of ${bytes(mem)}`, bytes),
     ];
