@@ -1,7 +1,7 @@
 """The launch dialog's errors in a real browser against a real manager: each is shown next to
 its field, names it and says the rule in words as the API states it (never a regular
 expression or pydantic's phrasing); an error of a role names its row as the dialog shows it
-and marks that cell. The dialog with an error passes axe-core."""
+and marks that cell. The dialog with an error passes axe-core; its buttons fit a narrow window."""
 
 from __future__ import annotations
 
@@ -92,3 +92,23 @@ def test_every_field_error_names_the_field_and_its_rule_in_words(web: Web) -> No
     for slot in dialog.locator(".field-error").all():
         assert "should" not in slot.inner_text() and "pattern" not in slot.inner_text()
     dialog.get_by_role("button", name="Cancel").click()
+
+
+def test_the_dialogs_buttons_fit_a_narrow_window(browser: Browser, server: Server) -> None:
+    narrow = Web(browser, server, width=420, height=900)
+    try:
+        narrow.sign_in(server.key)
+        page = narrow.page
+        page.get_by_role("button", name="New session").click()
+        dialog = page.get_by_role("dialog")
+        box = dialog.bounding_box()
+        assert box is not None
+        for name in ("Load spec", "Download spec", "Cancel", "Launch"):
+            b = dialog.get_by_role("button", name=name, exact=True).bounding_box()
+            assert b is not None
+            inside = box["x"] <= b["x"] and b["x"] + b["width"] <= box["x"] + box["width"]
+            assert inside, f"{name} at {b} is outside the dialog {box}"
+        narrow.shot("errors-03-dialog-400px")
+        narrow.audit("launch-dialog-400px")
+    finally:
+        narrow.close()
