@@ -142,3 +142,7 @@ def test_a_pending_session_has_apps_that_wait_for_running(web: Web, server: Serv
         page.remove_listener("response", on_response)
         c.destroy_session(waiting)
         c.destroy_session(blocker)
+    # destroyed before it ran: its page says it never ran
+    web.go(f"/sessions/{waiting}")
+    usage = page.get_by_role("region", name="Utilisation")
+    expect(usage).to_contain_text("No samples: the session never ran.", timeout=10_000)
