@@ -27,6 +27,15 @@
     return e;
   };
 
+  // A bytes axis' ticks: multiples of a power of two (0, 128 MiB, 256 MiB), not of ten.
+  function binarySplits(u, axis, min, max) {
+    if (!(max > 0)) return [0];
+    const step = 2 ** Math.floor(Math.log2(max / 2));
+    const out = [];
+    for (let v = 0; v <= max; v += step) out.push(v);
+    return out;
+  }
+
   // One small chart. ``lines``: [{label, color, dash}], ``value(sample)``: their values,
   // ``caption(sample)``: the text alternative, ``tick``: the y axis' number format, ``top``:
   // the y axis' fixed top (else a tenth above the highest value).
@@ -46,7 +55,8 @@
         series: [{}, ...lines.map((l) => ({label: l.label, stroke: l.color, width: 1.5, dash: l.dash,
           points: {show: false}}))],
         axes: [{size: 26, font: "11px system-ui"},
-          {size: 62, font: "11px system-ui", values: (u, vals) => vals.map(tick)}],
+          {size: 62, font: "11px system-ui", values: (u, vals) => vals.map(tick),
+            ...(tick === bytes ? {splits: binarySplits} : {})}],
       }, this.data, plot);
       Object.assign(this, {fig, plot});
     }
