@@ -19,7 +19,7 @@ __all__ = ["server"]
     [
         (["--time-limit", "soon"], "error: time_limit: must be a duration such as 90s"),
         (["--stop-grace", "-1"], "error: stop_grace: must be a duration such as 90s"),
-        (["--idle-timeout", "5s"], "error: idle_timeout: Input should be greater than or equal"),
+        (["--idle-timeout", "5s"], "error: idle_timeout: must be at least 10"),
         (
             ["--type", "batch", "--startup-command", "true", "--idle-timeout", "30m"],
             "error: idle_timeout: only interactive sessions have an idle timeout",

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from troupe.api import errors as E
 from troupe.api.error_body import ErrorBody
+from troupe.api.rule_words import location, words
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +62,11 @@ def response(e: E.TroupeError) -> JSONResponse:
 
 
 def validation_error(e: RequestValidationError) -> E.Invalid:
-    """The first of pydantic's errors, as ``field: rule`` naming the field."""
+    """The first of pydantic's errors, as ``field: rule`` naming the field, the rule in words
+    (:mod:`troupe.api.rule_words`)."""
     err = e.errors()[0]
-    loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
-    field = ".".join(loc) or None
-    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    field = location(tuple(err.get("loc", ())))
+    msg = words(err)
     message = f"{field}: {msg}" if field and not msg.startswith(f"{field}:") else msg
     if field is None and ":" in msg:  # model-level rule naming its field
         field = msg.split(":", 1)[0]

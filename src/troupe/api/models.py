@@ -49,12 +49,16 @@ __all__ = [
 ]
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+#: NAME_PATTERN in words: the names' OpenAPI description and their error (api/rule_words.py).
+NAME_RULE = "1-63 letters, digits, '_', '.' or '-', starting with a letter or digit"
+#: KERNEL_PATTERN in words.
+KERNEL_RULE = "main1 or a kernel of a role: its name (a lowercase word) and a number, e.g. sub1"
 #: The shape of a session's id (a UUID). No session may be named so: a reference that is some
 #: session's id always means that session (finding N3, docs/reliability.md).
 SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
 
 
-Name = Annotated[str, Field(pattern=NAME_PATTERN, description="letters, digits, _ . -; 1-63")]
+Name = Annotated[str, Field(pattern=NAME_PATTERN, description=NAME_RULE)]
 
 
 #: Who a command runs as in a kernel.

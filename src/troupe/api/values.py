@@ -104,7 +104,10 @@ def check_image(image: str) -> str:
 def check_environ(env: dict[str, str]) -> dict[str, str]:
     for key, value in env.items():
         if not ENV_NAME.match(key):
-            raise ValueError(f"{key!r} is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
+            raise ValueError(
+                f"{key!r} is not a valid variable name (letters, digits and '_', not starting"
+                " with a digit)"
+            )
         if reserved_names({key: value}):
             raise ValueError(f"{key!r}: names starting with {RESERVED_ENV_PREFIX} are reserved")
         if "\0" in value or "\n" in value:

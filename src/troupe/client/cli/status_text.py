@@ -13,10 +13,13 @@ if TYPE_CHECKING:
 
 
 def validation_message(e: ValidationError, prefix: str = "") -> str:
-    """``field: message`` for the first error of a pydantic validation."""
+    """``field: rule`` for the first error of a pydantic validation, the rule in words as the
+    server says it."""
+    from troupe.api.rule_words import words
+
     err = e.errors()[0]
     loc = ".".join(str(p) for p in (prefix, *err.get("loc", ())) if p != "")
-    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    msg = words(err)
     if loc and not msg.startswith(f"{loc}:"):
         return f"{loc}: {msg}"
     return msg

@@ -24,8 +24,8 @@ from troupe import __version__
 from troupe.api.edge import http_status
 from troupe.api.errors import Invalid, TroupeError, Unauthorized
 from troupe.api.lifecycle import Change
-from troupe.api.models import AgentInfo, Resources, parse_size
-from troupe.cluster.contract import ClusterMode
+from troupe.api.models import NAME_RULE, AgentInfo, Resources, parse_size
+from troupe.cluster.contract import ROLE_NAME_MAX, ClusterMode
 from troupe.manager import log_events, websessions
 from troupe.manager.deps import DB, CurrentUser, RegistryDep, StreamsDep
 from troupe.manager.reads.agents import agent_infos, image_infos
@@ -154,6 +154,9 @@ async def sessions_page(
         groups=sorted({a.group for a in agents}) or ["default"],
         mode_help=views.MODE_HELP,
         largest=_largest(agents, Resources()),
+        # the API's rules, so the dialog states them as the API checks them
+        name_rule=NAME_RULE,
+        role_max=ROLE_NAME_MAX,
     )
 
 

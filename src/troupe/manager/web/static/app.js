@@ -121,8 +121,10 @@ const troupe = (() => {
     return `${Math.floor(s / 86400)} d`;
   }
   setInterval(() => {
-    document.querySelectorAll("time[datetime]").forEach((t) => { t.textContent = age(t.dateTime); });
+    // only ages (the sessions list): other times on a page are clock times and stay so
+    document.querySelectorAll("time[data-age]").forEach((t) => { t.textContent = age(t.dateTime); });
   }, 15000);
 
-  return {api, toast, showError, clearErrors, live, fragment, wireDestroy};
+  const FINAL = ["TERMINATED", "ERROR", "CANCELLED"];
+  return {api, toast, showError, clearErrors, live, fragment, wireDestroy, FINAL};
 })();

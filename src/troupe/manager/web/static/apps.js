@@ -1,7 +1,8 @@
 // The session page's apps: a button per app the image declares, "Open port…" for any other
 // port. Each POSTs /v1/sessions/{id}/apps/{app} and opens the answer's one-time link in a new
 // tab (opened at the click, so no pop-up blocker stops it; its opener cut, so the app's page
-// cannot reach this one).
+// cannot reach this one). Apps are asked for and opened only while the session is RUNNING;
+// once it finished, the card goes (the page shows a finished session without it).
 "use strict";
 (() => {
   const box = document.getElementById("apps");
@@ -38,8 +39,13 @@
     }));
   }
 
+  const openPort = box.querySelector("[data-open-port]");
+  const wait = box.querySelector('[data-slot="wait"]');
+  const running = () => box.dataset.status === "RUNNING";
+
   async function refresh() {
-    try { render(await troupe.api("GET", base)); } catch (e) { /* not running: no apps */ }
+    if (!running()) { list.replaceChildren(); return; }
+    try { render(await troupe.api("GET", base)); } catch (e) { /* it stopped running meanwhile */ }
   }
 
   function fail(message) {
@@ -77,7 +83,7 @@
 
   const dialog = document.getElementById("port-dialog");
   const form = dialog.querySelector("[data-port-form]");
-  box.querySelector("[data-open-port]").addEventListener("click", () => {
+  openPort.addEventListener("click", () => {
     troupe.clearErrors(form);
     error.hidden = true;
     dialog.showModal();
@@ -100,5 +106,18 @@
   });
 
   refresh();
-  document.addEventListener("troupe:session-changed", refresh);
+  document.addEventListener("troupe:session-changed", (ev) => {
+    const status = ev.detail && ev.detail.status;
+    if (!status) return;
+    if (troupe.FINAL.includes(status)) {
+      if (dialog.open) dialog.close();
+      box.remove();
+      dialog.remove();
+      return;
+    }
+    box.dataset.status = status;
+    openPort.disabled = !running();
+    wait.hidden = running();
+    refresh();
+  });
 })();

@@ -27,6 +27,15 @@
     return e;
   };
 
+  // A bytes axis' ticks: multiples of a power of two (0, 128 MiB, 256 MiB), not of ten.
+  function binarySplits(u, axis, min, max) {
+    if (!(max > 0)) return [0];
+    const step = 2 ** Math.floor(Math.log2(max / 2));
+    const out = [];
+    for (let v = 0; v <= max; v += step) out.push(v);
+    return out;
+  }
+
   // One small chart. ``lines``: [{label, color, dash}], ``value(sample)``: their values,
   // ``caption(sample)``: the text alternative, ``tick``: the y axis' number format, ``top``:
   // the y axis' fixed top (else a tenth above the highest value).
@@ -46,7 +55,8 @@
         series: [{}, ...lines.map((l) => ({label: l.label, stroke: l.color, width: 1.5, dash: l.dash,
           points: {show: false}}))],
         axes: [{size: 26, font: "11px system-ui"},
-          {size: 62, font: "11px system-ui", values: (u, vals) => vals.map(tick)}],
+          {size: 62, font: "11px system-ui", values: (u, vals) => vals.map(tick),
+            ...(tick === bytes ? {splits: binarySplits} : {})}],
       }, this.data, plot);
       Object.assign(this, {fig, plot});
     }
@@ -171,11 +181,17 @@
         charts.forEach((c) => c.draw());
         newest = Math.max(newest ?? 0, k.samples[k.samples.length - 1].t);
       }
-      if (kernels.size) note.textContent = "Live: the newest sample of each kernel, every few seconds.";
-      const final = ["TERMINATED", "ERROR", "CANCELLED"].includes(m.status);
       if (m.summary) { showSummary(note, m.summary); return false; }
-      if (final && ++after > 3) {
-        note.textContent = kernels.size ? "The session ended." : "No utilisation was recorded.";
+      const final = troupe.FINAL.includes(m.status);
+      if (!final) {
+        if (kernels.size) note.textContent = "Live: the newest sample of each kernel, every few seconds.";
+        return newest;
+      }
+      // Ended: its summary is stored a moment after the end, when anything was sampled; a
+      // session that ended before its first sample has none (asked a few more times).
+      note.textContent = kernels.size ? "The session ended; reading what it used…" : note.dataset.none;
+      if (++after > 3) {
+        if (kernels.size) note.textContent = "The session ended.";
         return false;
       }
       return newest;
@@ -186,7 +202,7 @@
     const cpu = +row.dataset.cpu, mem = +row.dataset.mem;
     const charts = [
       new Chart(row, "CPU used", [{label: "used", color: C.used}, {label: "total", color: C.limit, dash: [4, 3]}],
-        (s) => [s.cpu_cores, cpu], (s) => `${num(s.cpu_cores)} of ${cores(cpu)}, ${s.kernels} kernels`, (v) => num(v)),
+        (s) => [s.cpu_cores, cpu], (s) => `${num(s.cpu_cores)} of ${cores(cpu)}, ${s.kernels} kernel${s.kernels === 1 ? "" : "s"}`, (v) => num(v)),
       new Chart(row, "Memory used", [{label: "used", color: C.used}, {label: "total", color: C.limit, dash: [4, 3]}],
         (s) => [s.mem_bytes, mem], (s) => `${bytes(s.mem_bytes)} of ${bytes(mem)}`, bytes),
     ];

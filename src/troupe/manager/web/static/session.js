@@ -17,7 +17,7 @@
     live.replaceChildren(troupe.fragment(ev.html));
     if (focused) document.getElementById(focused)?.focus();
     fillTail();
-    document.dispatchEvent(new Event("troupe:session-changed"));
+    document.dispatchEvent(new CustomEvent("troupe:session-changed", {detail: {status: ev.status}}));
   });
   fillTail();
   troupe.wireDestroy(() => {});

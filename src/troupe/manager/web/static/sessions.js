@@ -222,6 +222,22 @@
     }
   }
 
+  // An error of the API shown next to its field; one about a role (``roles[1].resources.cpu``)
+  // names the row as the dialog shows it ("Role 2 (worker), CPU: ...") and marks that cell.
+  function showFieldError(e) {
+    const m = /^roles\[(\d+)\]\.([\w.]+)/.exec(e.field || "");
+    const row = m && form.querySelectorAll(".role-row")[Number(m[1])];
+    if (!row) { troupe.showError(form, e); return; }
+    const input = row.querySelector(`[name="role-${m[2].replace(/^resources\./, "")}"]`);
+    const name = row.querySelector('[name="role-name"]').value.trim();
+    const named = m[2] !== "name" && name ? ` (${name})` : "";
+    const what = input && m[2] !== "name" ? input.closest("label").firstChild.textContent.trim() : m[2];
+    const rule = e.message.replace(/^roles\[\d+\][\w.]*:\s*/, "");
+    troupe.showError(form, {field: "roles", message: `Role ${Number(m[1]) + 1}${named}, ${what}: ${rule}`});
+    form.querySelectorAll("#role-rows [aria-invalid]").forEach((x) => x.removeAttribute("aria-invalid"));
+    if (input) { input.setAttribute("aria-invalid", "true"); input.focus(); }
+  }
+
   $("#load-spec").addEventListener("click", () => $("#spec-file").click());
   $("#spec-file").addEventListener("change", async () => {
     const file = $("#spec-file").files[0];
@@ -238,7 +254,7 @@
       }
       fill(data);
       troupe.toast(`Loaded ${file.name}`);
-    } catch (e) {
+    } catch (e) {  // the file's error, not the form's rows': shown as the file says it
       troupe.showError(form, e);
     }
   });
@@ -260,7 +276,7 @@
       a.remove();
       setTimeout(() => URL.revokeObjectURL(url), 1000);
     } catch (e) {
-      troupe.showError(form, e);
+      showFieldError(e);
     }
   });
 
@@ -274,7 +290,7 @@
       const s = await troupe.api("POST", "/v1/sessions", body);
       location.href = `/sessions/${s.id}`;
     } catch (e) {
-      troupe.showError(form, e);
+      showFieldError(e);
     } finally {
       submit.disabled = false;
     }

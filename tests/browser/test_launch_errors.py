@@ -1,0 +1,114 @@
+"""The launch dialog's errors in a real browser against a real manager: each is shown next to
+its field, names it and says the rule in words as the API states it (never a regular
+expression or pydantic's phrasing); an error of a role names its row as the dialog shows it
+and marks that cell. The dialog with an error passes axe-core; its buttons fit a narrow window."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Locator, expect
+
+from tests.browser.conftest import Web
+from tests.conftest import Server
+from troupe.api.models import NAME_RULE
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def web(browser: Browser, server: Server) -> Iterator[Web]:
+    w = Web(browser, server)
+    try:
+        w.sign_in(server.key)
+        yield w
+    finally:
+        w.close()
+
+
+def launch_error(dialog: Locator, field: str, text: str) -> Locator:
+    """Presses Launch and waits for ``text`` in the error slot of ``field``."""
+    dialog.get_by_role("button", name="Launch").click()
+    slot = dialog.locator(f'[data-error="{field}"]')
+    expect(slot).to_have_text(text)
+    return slot
+
+
+def test_every_field_error_names_the_field_and_its_rule_in_words(web: Web) -> None:
+    page = web.go("/")
+    page.get_by_role("button", name="New session").click()
+    dialog = page.get_by_role("dialog")
+    name = dialog.get_by_label("Name", exact=True)
+    expect(dialog.locator("#name-hint")).to_have_text(NAME_RULE)  # said before it is broken
+
+    name.fill("Bad Name")
+    launch_error(dialog, "name", f"name: must be {NAME_RULE}")
+    expect(name).to_have_attribute("aria-invalid", "true")
+    web.shot("errors-01-name")
+    web.audit("launch-dialog-name-error")
+
+    name.fill("errs")
+    cpu = dialog.get_by_label("CPU", exact=True)
+    cpu.fill("0")
+    launch_error(dialog, "resources.cpu", "resources.cpu: must be more than 0")
+    cpu.fill("0.5")
+
+    dialog.get_by_role("button", name="Add role").click()
+    row = dialog.locator(".role-row").first
+    row.get_by_label("Role").fill("worker")
+    row.get_by_label("CPU").fill("0")
+    launch_error(dialog, "roles", "Role 1 (worker), CPU: must be more than 0")
+    expect(row.get_by_label("CPU")).to_have_attribute("aria-invalid", "true")
+    expect(row.get_by_label("CPU")).to_be_focused()
+    web.shot("errors-02-role-cpu")
+    web.audit("launch-dialog-role-error")
+
+    row.get_by_label("CPU").fill("")
+    row.get_by_label("Memory").fill("lots")
+    launch_error(dialog, "roles", "Role 1 (worker), Memory: must be a size such as 512m or 2g")
+    expect(row.get_by_label("Memory")).to_be_focused()
+    row.get_by_label("Memory").fill("")
+    row.get_by_label("Replicas").fill("0")
+    launch_error(dialog, "roles", "Role 1 (worker), Replicas: must be at least 1")
+    row.get_by_label("Replicas").fill("1")
+    row.get_by_label("Role").fill("Worker2")
+    launch_error(
+        dialog,
+        "roles",
+        "Role 1, name: 'Worker2' must be a lowercase word of 1-16 letters a-z (hostnames are"
+        " <name><idx>: a digit could make two equal)",
+    )
+    row.get_by_role("button", name="Remove").click()
+
+    dialog.get_by_role("button", name="Add variable").click()
+    dialog.get_by_label("Variable name").fill("1A")
+    launch_error(
+        dialog,
+        "environ",
+        "environ: '1A' is not a valid variable name (letters, digits and '_', not starting"
+        " with a digit)",
+    )
+    for slot in dialog.locator(".field-error").all():
+        assert "should" not in slot.inner_text() and "pattern" not in slot.inner_text()
+    dialog.get_by_role("button", name="Cancel").click()
+
+
+def test_the_dialogs_buttons_fit_a_narrow_window(browser: Browser, server: Server) -> None:
+    narrow = Web(browser, server, width=420, height=900)
+    try:
+        narrow.sign_in(server.key)
+        page = narrow.page
+        page.get_by_role("button", name="New session").click()
+        dialog = page.get_by_role("dialog")
+        box = dialog.bounding_box()
+        assert box is not None
+        for name in ("Load spec", "Download spec", "Cancel", "Launch"):
+            b = dialog.get_by_role("button", name=name, exact=True).bounding_box()
+            assert b is not None
+            inside = box["x"] <= b["x"] and b["x"] + b["width"] <= box["x"] + box["width"]
+            assert inside, f"{name} at {b} is outside the dialog {box}"
+        narrow.shot("errors-03-dialog-400px")
+        narrow.audit("launch-dialog-400px")
+    finally:
+        narrow.close()

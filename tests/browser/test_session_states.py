@@ -1,0 +1,148 @@
+"""The session page shows what makes sense in each state, in a real browser against a real
+manager on Docker: a finished session only its history (facts, kernels, events, logs, what it
+used or that nothing was sampled), no live controls (terminal, connect, apps, destroy), and
+its terminal page says it ended; a
+running one that ends loses them while the page is open; a PENDING one has apps that wait for
+RUNNING (and the page asks the apps API nothing meanwhile). The events' clock times stay clock
+times. Every state passes axe-core. ``webui.png`` (the running page with roles and its charts)
+is docs/webui.png."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, Response, expect
+
+from tests.browser.conftest import Web
+from tests.conftest import BASE_IMAGE, Server
+from troupe.api.models import Resources, SessionCreate
+from troupe.api.roles import RoleSpec
+
+pytestmark = pytest.mark.docker
+CLOCK = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")
+
+
+@pytest.fixture(scope="module")
+def web(browser: Browser, server: Server) -> Iterator[Web]:
+    w = Web(browser, server)
+    try:
+        w.sign_in(server.key)
+        yield w
+    finally:
+        w.close()
+
+
+def no_live_controls(page: Page) -> None:
+    for name in ("Terminal", "Destroy", "Open port…"):
+        expect(page.get_by_role("button", name=name)).to_have_count(0)
+    expect(page.get_by_role("link", name="Terminal")).to_have_count(0)
+    for region in ("Apps", "Connect"):
+        expect(page.get_by_role("region", name=region, exact=True)).to_have_count(0)
+    expect(page.locator("#port-dialog")).to_have_count(0)
+
+
+def test_a_short_finished_session_shows_its_history_only(web: Web, server: Server) -> None:
+    c = server.client()
+    req = SessionCreate(name="brief", image=BASE_IMAGE, type="batch", startup_command="echo done")
+    sid = c.create_session(req).id
+    assert c.wait_session(sid, until="final", timeout=120).status == "TERMINATED"
+
+    page = web.page
+    page.clock.install()
+    web.go(f"/sessions/{sid}")
+    expect(page.locator("h1 .badge")).to_have_text("TERMINATED")
+    no_live_controls(page)
+    expect(page.get_by_role("link", name="Logs").first).to_be_visible()
+    # it ended before the first sampling interval: the page says so at once
+    usage = page.get_by_role("region", name="Utilisation")
+    expect(usage).to_contain_text("No samples: the session ended before", timeout=10_000)
+    expect(usage).not_to_contain_text("first figures")
+    events = page.get_by_role("region", name="Events")
+    expect(events.locator("tr", has_text="TERMINATED")).to_have_count(1)
+    # the ages of the list are refreshed every 15 s; the events' times are clock times
+    times = events.locator("time")
+    page.clock.run_for(20_000)
+    for text in times.all_inner_texts():
+        assert CLOCK.match(text), text
+    web.shot("state-finished-short", full_page=True)
+    web.audit("session-finished-short")
+    # its terminal page (an old link) says it ended and links its logs, and connects nothing
+    web.go(f"/sessions/{sid}/terminal")
+    expect(page.locator("main")).to_contain_text("The session has ended")
+    expect(page.get_by_role("region", name="Terminal")).to_have_count(0)
+    expect(page.get_by_role("link", name="logs")).to_have_attribute("href", f"/sessions/{sid}/logs")
+    web.audit("terminal-finished")
+
+
+def test_a_session_that_ends_while_open_loses_its_live_controls(web: Web, server: Server) -> None:
+    c = server.client()
+    req = SessionCreate(
+        name="ending",
+        image=BASE_IMAGE,
+        resources=Resources(cpu=0.5, mem="256m"),
+        roles=[RoleSpec(name="worker", replicas=1)],
+        max_restarts=1,
+    )
+    sid = c.create_session(req).id
+    assert c.wait_session(sid, timeout=120).status == "RUNNING"
+    busy = "nohup timeout 60 sh -c 'while :; do :; done' >/dev/null 2>&1 &"
+    assert c.exec(sid, ["sh", "-c", busy])[0] == 0  # a CPU chart with something on it
+    page = web.go(f"/sessions/{sid}")
+    expect(page.get_by_role("link", name="Terminal")).to_be_visible()
+    expect(page.get_by_role("button", name="Open port…")).to_be_enabled()
+    expect(page.get_by_role("region", name="Connect", exact=True)).to_contain_text("ssh worker1")
+    # docs/webui.png: the page of a running session with roles, its charts drawn
+    usage = page.get_by_role("region", name="Utilisation")
+    for host in ("main1", "worker1"):
+        expect(usage.get_by_role("region", name=host)).to_be_visible(timeout=30_000)
+    # a few samples: lines rather than dots
+    expect(usage.locator("figure").first).to_have_attribute(
+        "data-points", re.compile(r"^([5-9]|\d\d+)$"), timeout=60_000
+    )
+    web.shot("webui", full_page=True)
+
+    c.destroy_session(sid)
+    expect(page.locator("h1 .badge")).to_have_text(re.compile("TERMINATED|CANCELLED"))
+    no_live_controls(page)
+    usage = page.get_by_role("region", name="Utilisation")
+    expect(usage).not_to_contain_text("first figures", timeout=20_000)
+    web.shot("state-ended-live", full_page=True)
+    web.audit("session-ended-live")
+
+
+def test_a_pending_session_has_apps_that_wait_for_running(web: Web, server: Server) -> None:
+    c = server.client()
+    blocker = c.create_session(
+        SessionCreate(name="blocker", image=BASE_IMAGE, resources=Resources(cpu=1, mem="256m"))
+    ).id
+    waiting = c.create_session(
+        SessionCreate(name="waiter", image=BASE_IMAGE, resources=Resources(cpu=2, mem="256m"))
+    ).id
+    failed: list[str] = []
+
+    def on_response(r: Response) -> None:
+        if "/apps" in r.url and r.status >= 400:
+            failed.append(f"{r.status} {r.url}")
+
+    page = web.page
+    page.on("response", on_response)
+    try:
+        web.go(f"/sessions/{waiting}")
+        expect(page.locator("h1 .badge")).to_have_text("PENDING")
+        apps = page.get_by_role("region", name="Apps", exact=True)
+        expect(apps).to_contain_text("once the session is RUNNING")
+        expect(apps.get_by_role("button", name="Open port…")).to_be_disabled()
+        page.wait_for_timeout(1000)
+        assert not failed, failed
+        web.shot("state-pending", full_page=True)
+        web.audit("session-pending-apps")
+    finally:
+        page.remove_listener("response", on_response)
+        c.destroy_session(waiting)
+        c.destroy_session(blocker)
+    # destroyed before it ran: its page says it never ran
+    web.go(f"/sessions/{waiting}")
+    usage = page.get_by_role("region", name="Utilisation")
+    expect(usage).to_contain_text("No samples: the session never ran.", timeout=10_000)
