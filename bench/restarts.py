@@ -9,9 +9,14 @@ sessions of ``troupe/base``. For each N, rounds interleave:
   fresh    POST /v1/sessions -> RUNNING (every kernel reaches every other), then DELETE;
   restart  one session created with ``max_restarts`` = rounds and left RUNNING; each round
            ``docker kill`` of its ``sub1`` container, and the time from the kill to the
-           session RUNNING again with one more restart (the engine's report of the death, the
-           kill of the other kernels' containers, every container started again in place,
-           the readiness barrier).
+           session RUNNING again with one more restart (the engine's report of the death;
+           the other kernels set up again inside their running containers by their
+           supervising entrypoints, on the agent's word; sub1's container started again; the
+           readiness barrier).
+Each restart is also cut into steps, in seconds from the kill (the manager's events and the
+kernels' timelines): ``reported`` (the session RESTARTING: the engine's report of the death and
+the manager's judgement), ``word`` (the latest survivor's word given), ``sub1 started`` (its
+container started again), ``ready`` (the last kernel's "troupe: ready") and ``running``.
 Prints medians and the ratio restart/fresh (target: <= 0.7) and writes every round to
 bench/results/restarts.json; passes or fails nothing (machines differ, and a shared machine's
 load moves both). Sessions are named ``tbench-*`` and removed on failure or Ctrl-C.
@@ -25,6 +30,7 @@ import json
 import statistics
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -86,16 +92,45 @@ async def recovery(api: httpx.AsyncClient, sid: str, count: int, o: argparse.Nam
     info = (await api.get(f"/sessions/{sid}")).json()
     sub1 = next(k for k in info["kernels"] if k["hostname"] == "sub1")
     t0 = time.perf_counter()
+    killed = datetime.now(UTC)
     docker("kill", sub1["container_id"])
     deadline = t0 + o.timeout
     while time.perf_counter() < deadline:
         info = (await api.get(f"/sessions/{sid}")).json()
         if info["status"] == "RUNNING" and info["restarts"] == count:
-            return time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            o.steps.append(await steps(api, sid, info, killed))
+            return took
         if info["status"] in ("TERMINATED", "ERROR", "CANCELLED"):
             raise RuntimeError(f"restart: {info['status']} {info['status_info']}")
         await asyncio.sleep(0.01)
     raise TimeoutError(f"session {sid} not RUNNING again")
+
+
+async def steps(
+    api: httpx.AsyncClient, sid: str, info: dict[str, Any], killed: datetime
+) -> dict[str, float]:
+    """The restart's steps, seconds from the kill (see the module's docstring)."""
+    events = (await api.get(f"/sessions/{sid}/events")).json()
+
+    def last(status: str) -> float:
+        at = [e["at"] for e in events if e["kind"] == "status" and e["status"] == status]
+        return (datetime.fromisoformat(at[-1]) - killed).total_seconds() if at else float("nan")
+
+    def t(kernel: dict[str, Any], phase: str) -> float:
+        at = kernel.get("timeline", {}).get(phase)
+        return (datetime.fromisoformat(at) - killed).total_seconds() if at else float("nan")
+
+    kernels = info["kernels"]
+    survivors = [k for k in kernels if k["hostname"] != "sub1"]
+    sub1 = next(k for k in kernels if k["hostname"] == "sub1")
+    return {
+        "reported": last("RESTARTING"),
+        "word": max(t(k, "started") for k in survivors),
+        "sub1 started": t(sub1, "started"),
+        "ready": max(t(k, "ready") for k in kernels),
+        "running": last("RUNNING"),
+    }
 
 
 async def one_size(server: TroupeServer, n: int, o: argparse.Namespace) -> dict[str, Any]:
@@ -113,7 +148,16 @@ async def one_size(server: TroupeServer, n: int, o: argparse.Namespace) -> dict[
         await api.delete(f"/sessions/{sid}")
         await session_until(api, sid, "final", limit=o.timeout)
     f, r = statistics.median(ups), statistics.median(recoveries)
-    return {"n": n, "fresh_s": ups, "restart_s": recoveries, "ratio": round(r / f, 3)}
+    phases = {k: round(statistics.median(x[k] for x in o.steps), 3) for k in o.steps[0]}
+    o.steps.clear()
+    print(f"  N={n} restart steps (median s from the kill): {phases}")
+    return {
+        "n": n,
+        "fresh_s": ups,
+        "restart_s": recoveries,
+        "ratio": round(r / f, 3),
+        "restart_steps_s": phases,
+    }
 
 
 async def amain(o: argparse.Namespace) -> list[dict[str, Any]]:
@@ -133,6 +177,7 @@ def main() -> None:
     ap.add_argument("--mem", default="64m", help="memory per kernel")
     ap.add_argument("--timeout", type=float, default=300)
     o = ap.parse_args()
+    o.steps = []
     rows = asyncio.run(amain(o))
     print(f"\n{'N':>3} {'fresh (median)':>15} {'restart (median)':>17} {'ratio':>6}")
     for row in rows:

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import tarfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -305,5 +306,35 @@ def test_an_image_for_another_architecture_is_refused_clearly(
             left = docker(kind, *(["-a"] if kind == "ps" else ["ls"]), "-q", "--filter",
                           f"label=troupe.session={info.id}")  # fmt: skip
             assert left.stdout == "", kind
+    finally:
+        me.troupe("session", "destroy", name)
+
+
+@pytest.mark.parametrize("image", [MINBASE, BUSYBOX_ONLY, STATIC_ONLY])
+def test_restart_in_place_whatever_the_shell(me: User, images: None, image: str) -> None:
+    """A session that may restart: its entrypoints supervise their kernels under dash (USER
+    1234), busybox's sh, or the runtime's sh in an image without one; after sub1's container is
+    killed, the others are set up again in their running containers (not started again)."""
+    name = session(me, image, "--ssh-key", "none", "--max-restarts", "1")
+    try:
+        info = json.loads(ok(me.troupe("session", "info", name, "--json")))
+        ids = {k["hostname"]: k["container_id"] for k in info["kernels"]}
+
+        def started(host: str) -> str:
+            return docker("inspect", "-f", "{{.State.StartedAt}}", ids[host]).stdout.strip()
+
+        before = started("main1")
+        docker("kill", ids["sub1"])
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            info = json.loads(ok(me.troupe("session", "info", name, "--json")))
+            if info["status"] == "RUNNING" and info["restarts"] == 1:
+                break
+            assert info["status"] not in ("ERROR", "TERMINATED"), info
+            time.sleep(0.5)
+        assert (info["status"], info["restarts"]) == ("RUNNING", 1), info
+        assert started("main1") == before
+        assert me.sh(name, "echo $TROUPE_RESTART_COUNT").strip() == "1"
+        assert me.sh(name, "ssh sub2 'echo $TROUPE_RESTART_COUNT'").strip() == "1"
     finally:
         me.troupe("session", "destroy", name)

@@ -74,3 +74,34 @@ def test_the_fifo_is_mounted_where_ready_sh_waits() -> None:
     assert EVENTS_MOUNT == "/run/troupe/events"
     plain = container_config(specs()[1], "/runner", "/srv", files_tar="/run/x/k.tar")
     assert not any(EVENTS_MOUNT in b for b in plain["HostConfig"]["Binds"])
+
+
+def test_a_restart_in_place_rewrites_the_same_file_and_keeps_the_fifo(files_dir: Path) -> None:
+    """The running container's bind mounts hold the archive's and the FIFO's inodes: the new
+    files (the next attempt's kernel.conf) must be seen through them."""
+    spec = specs()[0]
+    made = files.kernel_files(spec)
+    assert made is not None and made.events is not None
+    tar_inode, fifo_inode = made.tar.stat().st_ino, made.events.stat().st_ino
+    conf = next(f for f in spec.files if f.path.endswith("/kernel.conf"))
+    again = spec.model_copy(
+        update={
+            "files": [
+                f.model_copy(update={"content": "export TROUPE_RESTART_COUNT=1\n"})
+                if f is conf
+                else f
+                for f in spec.files
+            ]
+        }
+    )
+    rewritten = files.rewrite_files(again)
+    assert rewritten == made
+    assert (made.tar.stat().st_ino, made.events.stat().st_ino) == (tar_inode, fifo_inode)
+    with tarfile.open(fileobj=io.BytesIO(made.tar.read_bytes())) as tar:
+        data = tar.extractfile(conf.path.lstrip("/"))
+        assert data is not None and data.read() == b"export TROUPE_RESTART_COUNT=1\n"
+        names = tar.getnames()
+    assert "run/troupe/events" not in names and "run/troupe/agent-signals" in names
+    # no archive of it here: the engine's upload is used instead
+    made.tar.unlink()
+    assert files.rewrite_files(again) is None

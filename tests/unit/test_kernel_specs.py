@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 from troupe.agent.kernel import container_config, files_archive
+from troupe.api.policies import SUPERVISED_VAR
 from troupe.cluster import build_cluster, generate_ed25519
 from troupe.manager.kernels import SessionPlan, kernel_specs
 
@@ -146,3 +148,13 @@ def test_ready_sh_checks_the_pid_file_sshd_is_configured_with() -> None:
         if line.startswith("PidFile ")
     )
     assert f"SSHD_PID={pidfile}\n" in (Path(runner_dir()) / "ready.sh").read_text()
+
+
+def test_only_a_session_that_may_restart_has_supervised_kernels() -> None:
+    """Its kernels' entrypoints stay as supervisors (Docker's init signals their whole process
+    group); a fail-fast session's exec their commands as before."""
+    contracts = build_cluster("s" * 36, ["s" * 36, "k1"], "single-node")
+    keys = {c.hostname: ("PRIV", generate_ed25519().public_openssh) for c in contracts}
+    assert all(SUPERVISED_VAR not in s.env for s in kernel_specs(plan(), contracts, keys))
+    supervised = kernel_specs(replace(plan(), supervised=True), contracts, keys)
+    assert all(s.env[SUPERVISED_VAR] == "1" for s in supervised)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,13 +60,37 @@ def kernel_files(spec: KernelSpec) -> KernelFiles | None:
     except OSError as e:
         log.warning("kernel files go through the engine: %s: %s", FILES_DIR, e.strerror or e)
         return None
-    files = spec.files
     fifo = _make_fifo(events, spec.hostname)
-    if fifo:  # mounted in the place of the kernel's own; the marker: wait for "peers"
-        files = [f for f in files if f.path != EVENTS_MOUNT] + [FileSpec(path=SIGNALS, content="")]
     with os.fdopen(fd, "wb") as f:
-        f.write(files_archive(files))
+        f.write(files_archive(_with_fifo(spec.files, fifo)))
     return KernelFiles(path, events if fifo else None)
+
+
+def rewrite_files(spec: KernelSpec) -> KernelFiles | None:
+    """The archive of a running kernel written again in place, for a restart in place: the same
+    file (the container's bind mount holds it; a new file of that name would not be seen
+    there), its FIFO kept as it is (the same holds). None when there is no archive of it here
+    (then the engine's archive upload is used)."""
+    path, events = files_path(spec.container_name), events_path(spec.container_name)
+    try:
+        fifo = stat.S_ISFIFO(events.lstat().st_mode)
+    except OSError:
+        fifo = False
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "wb") as f:
+        f.write(files_archive(_with_fifo(spec.files, fifo)))
+    return KernelFiles(path, events if fifo else None)
+
+
+def _with_fifo(files: list[FileSpec], fifo: bool) -> list[FileSpec]:
+    """With the agent's FIFO, mounted in the place of the kernel's own, the kernel's own is
+    left out and the marker that says to wait for "peers" put in."""
+    if not fifo:
+        return files
+    return [f for f in files if f.path != EVENTS_MOUNT] + [FileSpec(path=SIGNALS, content="")]
 
 
 def _make_fifo(path: Path, hostname: str) -> bool:

@@ -1,14 +1,24 @@
 """A session's kernels started again in the containers they had: a whole-session restart in
 place (docs/policies.md), without removing and creating them (the removal alone took about a
-second of an N=4 restart).
+second of an N=4 restart), and without starting again the containers still running.
 
-Per kernel: a running container is killed (its death is no news: the agent is restarting it,
-see :data:`DockerAgent.removing`), the failed attempt's log tail read (the manager keeps it
-as that attempt's: the engine's log of a container goes on across starts), the kernel's files
-archive written again (its ``kernel.conf`` carries the new ``TROUPE_RESTART_COUNT``, which the
-entrypoint exports for the command, ``exec``, terminals and SSH alike) and the container
-started again: same id, name, hostname, address, network and folders. The readiness wait then
-reads the log from this start on (:func:`troupe.agent.ready.wait_ready`'s ``since``).
+A running container of a session that may restart (its entrypoint supervises the kernel:
+:data:`~troupe.api.policies.SUPERVISED_VAR`) is not touched by the engine at all: its files
+archive is rewritten in place (its ``kernel.conf`` carries the new ``TROUPE_RESTART_COUNT``,
+which the entrypoint exports for the command, ``exec``, terminals and SSH alike), then the
+agent's word, ``runner/restart.sh`` run by ``docker exec``, kills every process of the kernel
+but init and the supervisor, which sets the kernel up again (files, sshd, environment files,
+readiness, the command). No container dies: the engine reports no exit. The readiness wait
+and the manager's split of the log by attempt read the lines stamped after the word (the
+agent's clock: it runs on its engine's host); the failed attempt's log is the lines before.
+
+Any other container (the failed kernel's, exited or killed; one without a supervisor, or
+whose word failed) is killed if it still runs (its death is no news: the agent is restarting
+it, see :data:`DockerAgent.removing`), its log read (the manager keeps it as that attempt's:
+the engine's log of a container goes on across starts), its files archive written again and
+the container started again: same id, name, hostname, address, network and folders. The
+readiness wait then reads the log from this start on (:func:`troupe.agent.ready.wait_ready`'s
+``since``).
 
 A container that is gone, or that the engine killed for memory, is made anew instead (removed
 first, its log kept the same way): the restart of that kernel is the fresh one it was before.
@@ -17,20 +27,30 @@ first, its log kept the same way): the restart of that kernel is the fresh one i
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aiodocker.exceptions import DockerError
 
+from troupe.agent import exec as execs
 from troupe.agent import logs as klogs
 from troupe.agent import ready
 from troupe.agent.engine import step
-from troupe.agent.files import kernel_files
-from troupe.agent.kernel import endpoint, files_archive
+from troupe.agent.files import kernel_files, rewrite_files
+from troupe.agent.kernel import RUNNER_MOUNT, endpoint, files_archive
 from troupe.api.agent import KernelRestarted, KernelSpec, KernelStarted
 from troupe.api.errors import AgentFailed
+from troupe.api.policies import SUPERVISED_VAR
 
 if TYPE_CHECKING:
     from troupe.agent.docker_backend import DockerAgent
+
+log = logging.getLogger(__name__)
+
+#: The agent's word to a supervised kernel (it exits 3 where the kernel has no supervisor).
+WORD = f"{RUNNER_MOUNT}/restart.sh"
 
 
 def started_of(spec: KernelSpec, info: dict[str, Any]) -> KernelStarted:
@@ -59,12 +79,16 @@ async def restart_kernel(agent: DockerAgent, spec: KernelSpec) -> KernelRestarte
         info = None
     state = (info or {}).get("State") or {}
     if info is None or state.get("OOMKilled") or state.get("Status") in ("dead", "removing"):
-        log = ""
+        text = ""
         if info is not None:
-            log = await agent.remove_container(info["Id"])
+            text = await agent.remove_container(info["Id"])
         fresh = await agent.create_kernel(spec)
-        return KernelRestarted(**fresh.model_dump(), log=log, recreated=True)
+        return KernelRestarted(**fresh.model_dump(), log=text, recreated=True)
     cid = info["Id"]
+    if state.get("Running") and supervised(info):
+        again = await _in_place(agent, spec, info)
+        if again is not None:
+            return again
     agent.removing.add(cid)  # (until started again: the kill's death is no news)
     try:
         with step(kernel=spec.hostname):
@@ -72,7 +96,7 @@ async def restart_kernel(agent: DockerAgent, spec: KernelSpec) -> KernelRestarte
                 with contextlib.suppress(DockerError):  # (stopped meanwhile)
                     await container.kill(signal="SIGKILL")
                 await container.wait()
-            log = await klogs.last_bytes(agent.docker, cid, agent.saved_log_bytes, tty=False)
+            text = await klogs.last_bytes(agent.docker, cid, agent.saved_log_bytes, tty=False)
             await _keep_address(agent, spec, info)
             files = kernel_files(spec) if spec.files else None
             if spec.files and files is None:
@@ -88,7 +112,60 @@ async def restart_kernel(agent: DockerAgent, spec: KernelSpec) -> KernelRestarte
         raise AgentFailed(
             f"exited at once with code {info['State'].get('ExitCode')}", kernel=spec.hostname
         )
-    return KernelRestarted(**started_of(spec, info).model_dump(), log=log)
+    return KernelRestarted(**started_of(spec, info).model_dump(), log=text)
+
+
+def supervised(info: dict[str, Any]) -> bool:
+    """Whether a container's entrypoint supervises its kernel (:data:`SUPERVISED_VAR`)."""
+    return f"{SUPERVISED_VAR}=1" in ((info.get("Config") or {}).get("Env") or [])
+
+
+async def _in_place(
+    agent: DockerAgent, spec: KernelSpec, info: dict[str, Any]
+) -> KernelRestarted | None:
+    """The kernel set up again by its supervisor, its container left running; None when the
+    word could not be given (no supervisor after all, no shell to run it): then the container
+    is started again instead."""
+    cid = info["Id"]
+    with step(kernel=spec.hostname):
+        files = rewrite_files(spec) if spec.files else None
+        if spec.files and files is None:
+            container = agent.docker.containers.container(cid)
+            await container.put_archive("/", files_archive(spec.files))  # type: ignore[no-untyped-call]
+    # the shell the entrypoint was started with: the runtime's, or the image's
+    shell = ((info.get("Config") or {}).get("Entrypoint") or ["/bin/sh"])[0]
+    word_at = time.time_ns()  # (before the word: every line of the new attempt is later)
+    code, out = await execs.exec_collect(agent.docker, cid, [shell, WORD], "root")
+    if code != 0:
+        log.warning(
+            "kernel %s: no restart in place (%s %s): starting it again",
+            spec.hostname,
+            code,
+            out.strip(),
+        )
+        return None
+    text = await klogs.last_bytes(agent.docker, cid, agent.saved_log_bytes, tty=False)
+    agent.restarted(cid, files.events if files else None, word_at)
+    started = started_of(spec, info).model_copy(update={"started_at": iso_nanos(word_at)})
+    return KernelRestarted(**started.model_dump(), log=before(text, word_at))
+
+
+def iso_nanos(ns: int) -> str:
+    """Epoch nanoseconds as ISO 8601 UTC with microseconds (as :func:`ready.engine_time`)."""
+    seconds, rest = divmod(ns, 1_000_000_000)
+    return datetime.fromtimestamp(seconds, UTC).replace(microsecond=rest // 1000).isoformat()
+
+
+def before(text: str, ns: int) -> str:
+    """The lines of a timestamped log (:func:`klogs.last_bytes`) stamped before ``ns``: the
+    failed attempt's, without the first lines of the next one. Lines without a stamp (the
+    note that the log was cut) stay."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        at = ready.engine_nanos(line.partition(" ")[0])
+        if at and at >= ns:
+            return "".join(lines[:i])
+    return text
 
 
 async def _keep_address(agent: DockerAgent, spec: KernelSpec, info: dict[str, Any]) -> None:

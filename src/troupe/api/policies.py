@@ -15,6 +15,11 @@ MAX_RESTARTS = 100
 HISTORY_LOG_LINES = 20
 #: The variable that tells every kernel which attempt it is (0 the first time).
 RESTART_COUNT_VAR = "TROUPE_RESTART_COUNT"
+#: Set (to 1) in the containers of a session that may restart: Docker's init (tini) then
+#: forwards signals to the entrypoint's whole process group, and the entrypoint stays as the
+#: kernel's supervisor, which a restart in place asks to set the kernel up again without a new
+#: start of its container (runner/entrypoint.sh, runner/restart.sh).
+SUPERVISED_VAR = "TINI_KILL_PROCESS_GROUP"
 
 
 class SuccessPolicy(StrEnum):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from troupe.api.agent import FileSpec, KernelSpec, MountSpec
 from troupe.api.models import SessionType
-from troupe.api.policies import RESTART_COUNT_VAR
+from troupe.api.policies import RESTART_COUNT_VAR, SUPERVISED_VAR
 from troupe.cluster import (
     KernelContract,
     build_cluster,
@@ -56,6 +56,9 @@ class SessionPlan:
     roles: Mapping[str, KernelShape] = field(default_factory=dict)
     #: which attempt this is (TROUPE_RESTART_COUNT in every kernel; 0 the first time)
     restarts: int = 0
+    #: whether the session may restart: its kernels' entrypoints stay as supervisors, so that
+    #: a restart in place needs no new start of a running container (SUPERVISED_VAR)
+    supervised: bool = False
 
     def shape(self, hostname: str) -> KernelShape:
         """The image, resources and command of the kernel ``hostname``."""
@@ -188,7 +191,12 @@ def kernel_specs(
                 hostname=c.hostname,
                 image=shape.image,
                 network=plan.network,
-                env={**c.env, GPUS_VAR: str(shape.gpu), RESTART_COUNT_VAR: str(plan.restarts)},
+                env={
+                    **c.env,
+                    GPUS_VAR: str(shape.gpu),
+                    RESTART_COUNT_VAR: str(plan.restarts),
+                    **({SUPERVISED_VAR: "1"} if plan.supervised else {}),
+                },
                 cpu=shape.cpu,
                 mem=shape.mem,
                 command=command,
@@ -237,6 +245,7 @@ def session_kernel_specs(s: Session, ready_timeout: float = 300) -> list[KernelS
         mounts={m["folder"]: (m["folder_id"], bool(m["readonly"])) for m in s.mounts},
         ready_timeout=max(1, int(ready_timeout)),
         restarts=s.restarts or 0,
+        supervised=(s.max_restarts or 0) > 0,
         roles={
             k.hostname: KernelShape(k.image, k.cpu, k.mem, k.gpu, k.startup_command)
             for k in s.kernels

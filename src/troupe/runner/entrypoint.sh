@@ -38,6 +38,41 @@ _troupe_root=0
 while read -r _troupe_k _troupe_real _troupe_eff _troupe_rest; do # (no `id -u` process)
   case $_troupe_k in Uid:) [ "$_troupe_eff" = 0 ] && _troupe_root=1; break ;; esac
 done < /proc/self/status
+# The supervisor (docs/policies.md, "A restart, in place"). In a kernel of a session that may
+# restart, the agent sets TINI_KILL_PROCESS_GROUP in the container (Docker's init then signals
+# this script's whole process group, the command included: `docker stop`'s SIGTERM reaches the
+# command, as it did when this script exec'd it). Then this script stays: it runs the command in
+# the foreground (a background job of a shell without job control, and this one has no
+# terminal, would have SIGINT and SIGQUIT ignored), exits with its status and, on the agent's
+# word (runner/restart.sh, run as root by `docker exec`: it writes /run/troupe/restart and kills
+# every process but init, this script and itself), kills whatever is left and sets the kernel
+# up again from step 0 with the files the agent rewrote. Elsewhere it exec's the command.
+_troupe_supervised=0
+_troupe_sig=""
+if [ -n "${TINI_KILL_PROCESS_GROUP:-}" ]; then
+  _troupe_supervised=1
+  unset TINI_KILL_PROCESS_GROUP # (not the command's: a tini of its own would act on it)
+  # a signal to the group is the command's business; before the command runs, a stop
+  trap '_troupe_sig=143' TERM
+  trap '_troupe_sig=130' INT
+  trap '_troupe_sig=129' HUP
+  trap '_troupe_sig=131' QUIT
+  trap : USR1 USR2
+fi
+# Kills every process of the kernel but init, this script and $1 (the agent's word, ending):
+# twice, for what forked meanwhile. (`kill` is a builtin in every sh: no process.)
+_troupe_sweep() {
+  for _troupe_pass in 1 2; do
+    for _troupe_p in /proc/[0-9]*; do
+      _troupe_p=${_troupe_p#/proc/}
+      case $_troupe_p in 1 | "$$" | "$1") ;; *) kill -9 "$_troupe_p" 2>/dev/null ;; esac
+    done
+  done
+}
+
+# One attempt per round (one round unless supervised; the body, the rest of this script, is not
+# indented).
+while :; do
 # 0. The kernel's files (kernel.conf, ~work/.ssh, the host key, ...), with their owners and
 #    modes: the agent bind-mounts them as a tar (or, for an image that does not start as root,
 #    puts them into the container before it starts).
@@ -48,9 +83,12 @@ if [ -f "$_troupe_conf/kernel.conf" ]; then . "$_troupe_conf/kernel.conf"; fi
 [ -d "$_troupe_run" ] || mkdir -p "$_troupe_run"
 # A restart in place starts this container again: the last start's markers are old news (a
 # test per marker: no process where there is nothing to remove, as on a first start).
-for _troupe_f in started go sshd ready.err; do
-  [ -e "$_troupe_run/$_troupe_f" ] && rm -f "$_troupe_run/$_troupe_f"
+# (and an attempt in place: this container's last attempt's; the old sshd's PID file too)
+for _troupe_f in started go sshd ready.err restart /run/sshd-troupe.pid; do
+  case $_troupe_f in /*) ;; *) _troupe_f="$_troupe_run/$_troupe_f" ;; esac
+  [ -e "$_troupe_f" ] && rm -f "$_troupe_f"
 done
+if [ "$_troupe_supervised" = 1 ]; then echo "$$" > "$_troupe_run/supervisor"; fi
 # sh: the image's, else the runtime's; the login shell (and ready.sh's): bash where there is one
 _troupe_sh=/bin/sh
 if [ ! -x /bin/sh ] && [ -n "$_troupe_rt" ]; then _troupe_sh="$_troupe_rt/bin/sh"; fi
@@ -191,7 +229,9 @@ fi
 
 # 6. The command, as user work. A batch main1 waits until the session is ready.
 if [ "$_troupe_wait_go" = 1 ]; then
-  while [ ! -e "$_troupe_run/go" ]; do sleep 0.05 2>/dev/null || sleep 1; done
+  while [ ! -e "$_troupe_run/go" ] && [ ! -e "$_troupe_run/restart" ] && [ -z "$_troupe_sig" ]; do
+    sleep 0.05 2>/dev/null || { [ -e "$_troupe_run/restart" ] || sleep 1; }
+  done
 fi
 if [ $# -eq 0 ]; then set -- "$_troupe_sh" -c 'while :; do sleep 86400; done'; fi
 # (a command `/bin/sh -c ...` in an image without /bin/sh: the runtime's sh)
@@ -199,8 +239,38 @@ if [ "$1" = /bin/sh ] && [ "$_troupe_sh" != /bin/sh ]; then shift; set -- "$_tro
 cd /home/work 2>/dev/null || cd /
 _troupe_setpriv=setpriv
 if [ -n "$_troupe_rt" ]; then _troupe_setpriv="$_troupe_rt/bin/setpriv"; fi
-if [ "$_troupe_root" = 1 ] && command -v "$_troupe_setpriv" >/dev/null 2>&1; then
-  export HOME=/home/work USER=work LOGNAME=work
-  exec "$_troupe_setpriv" --reuid="$_troupe_uid" --regid="$_troupe_gid" --init-groups "$@"
+_troupe_drop=0
+if [ "$_troupe_root" = 1 ] && command -v "$_troupe_setpriv" >/dev/null 2>&1; then _troupe_drop=1; fi
+if [ "$_troupe_supervised" = 0 ]; then
+  if [ "$_troupe_drop" = 1 ]; then
+    export HOME=/home/work USER=work LOGNAME=work
+    exec "$_troupe_setpriv" --reuid="$_troupe_uid" --regid="$_troupe_gid" --init-groups "$@"
+  fi
+  exec "$@"
 fi
-exec "$@"
+# Supervised: the command in the foreground; its status is this script's, the container's.
+# (In a subshell that exec's it, with this shell's own stderr on /dev/null meanwhile: a
+# shell's report of a command killed by a signal, "Killed", is no line of the kernel's.)
+_troupe_status=${_troupe_sig:-0}
+if [ ! -e "$_troupe_run/restart" ] && [ -z "$_troupe_sig" ]; then
+  exec 9>&2 2>/dev/null
+  if [ "$_troupe_drop" = 1 ]; then
+    (
+      export HOME=/home/work USER=work LOGNAME=work
+      exec "$_troupe_setpriv" --reuid="$_troupe_uid" --regid="$_troupe_gid" --init-groups \
+        "$@" 2>&9 9>&-
+    )
+  else
+    (exec "$@" 2>&9 9>&-)
+  fi
+  _troupe_status=$?
+  exec 2>&9 9>&-
+fi
+if [ ! -e "$_troupe_run/restart" ]; then exit "$_troupe_status"; fi
+# The agent's word: what is left goes, and the kernel is set up again (its files first).
+_troupe_word=""
+read -r _troupe_word < "$_troupe_run/restart" || :
+_troupe_sweep "$_troupe_word"
+rm -f "$_troupe_run/restart"
+_troupe_sig=""
+done

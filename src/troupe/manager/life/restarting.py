@@ -2,9 +2,10 @@
 
 A kernel's failure with restarts left (:mod:`.judging`) moved the session and its kernels to
 RESTARTING. Here every kernel is started again in the container it had, on its agent
-(``restart_kernels``: killed if it still runs, its files written again, started; see
-:mod:`troupe.agent.restart`): the same container, name, hostname, address, keys, network and
-folders, without the removal and creation a fresh start pays. A container that is gone or was
+(``restart_kernels``, see :mod:`troupe.agent.restart`: a container still running is set up
+again by its supervising entrypoint without a new start; the failed one is started again):
+the same container, name, hostname, address, keys, network and folders, without the removal
+and creation a fresh start pays. A container that is gone or was
 killed for memory is made anew by its agent. Then the start's own steps run again: the
 readiness barrier, RUNNING, the batch "go"; the network's creation is skipped (it stays).
 ``TROUPE_RESTART_COUNT`` in every kernel is the session's ``restarts`` (the kernel's
