@@ -46,7 +46,7 @@ def rank_of(req: Request) -> Rank:
 class _Queue:
     """The waiting sessions of one shape in one group, in rank order."""
 
-    __slots__ = ("dead", "group", "items", "shape", "total", "why")
+    __slots__ = ("dead", "group", "items", "part", "shape", "total", "why")
 
     def __init__(self, key: QueueKey) -> None:
         self.group, self.shape = key[0], key[1:]
@@ -54,8 +54,10 @@ class _Queue:
         self.dead = False
         #: dead plain multi-node: at least the kernels of its shape that fit over the group
         self.total: int | None = None
-        #: dead multi-node with roles: the pool's :attr:`Pool.reason`
+        #: dead multi-node with roles: the pool's :attr:`Pool.reason`; for ``count``, the role
+        #: (:attr:`Pool.last_part`) whose kernels fit at most :attr:`total` times over the group
         self.why = ""
+        self.part = 0
 
 
 class Backlog:
@@ -183,6 +185,7 @@ class Backlog:
                 placed_at.setdefault(q, []).append(at)
             elif group.monotone:
                 q.dead, q.total, q.why = True, group.last_total, group.reason
+                q.part = group.last_part
                 heappop(heap)
                 continue
             if at + 1 < len(q.items):
@@ -222,8 +225,17 @@ class Backlog:
                 sum(p.mem * p.kernels for p in parts),
                 sum(p.gpu * p.kernels for p in parts),
             )
-            if mode == ClusterMode.MULTI_NODE and q.why != "count":
-                return any(a in pool.free for a in grown)
+            if mode == ClusterMode.MULTI_NODE:
+                if q.why != "count" or q.total is None:
+                    return any(a in pool.free for a in grown)
+                # only more kernels of the role that fit nowhere near can cure it
+                k = parts[q.part]
+                for agent_id, old in grown.items():
+                    f = pool.free.get(agent_id)
+                    if f is not None:
+                        now = kernels_fitting(f[0], f[1], f[2], k)
+                        q.total += max(now - kernels_fitting(old[0], old[1], old[2], k), 0)
+                return q.total >= k.kernels
         else:
             need = (cpu * size, mem * size, gpu * size)
         fits = False

@@ -78,6 +78,9 @@ class Pool:
         #: after a multi-node failure with roles: ``count`` when one role's kernels fit
         #: nowhere near (:meth:`count`), else ``room``
         self.reason = ""
+        #: after a ``count`` failure: the role (its index) whose kernels fit nowhere near;
+        #: :attr:`last_total` is then at most how many of them fit over the group
+        self.last_part = 0
         #: kernel shape -> at least how many of them fit over the group (this pass)
         self.counts: dict[tuple[float, float, float], int] = {}
         self._roomiest: tuple[tuple[int, int], list[AgentState]] = ((-1, 0), [])
@@ -269,9 +272,12 @@ class Pool:
         self.reason = "room"
         if self.total_cpu + 1e-6 < cpu:
             return None
-        for part in req.parts:
-            if self.count(part) < part.kernels:  # too few even if it had every agent alone
-                self.reason = "count"
+        for i, part in enumerate(req.parts):
+            n = self.count(part)
+            if n >= part.kernels and self.whole_fit(part.cpu, part.mem, part.gpu) is None:
+                n = self.counts[(part.cpu, part.mem, part.gpu)] = 0  # not one kernel: exact
+            if n < part.kernels:  # too few even if it had every agent alone
+                self.reason, self.last_part, self.last_total = "count", i, n
                 return None
         placed = self._spread_roles(req)
         if isinstance(placed, Part):
