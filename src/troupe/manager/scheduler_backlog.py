@@ -46,7 +46,7 @@ def rank_of(req: Request) -> Rank:
 class _Queue:
     """The waiting sessions of one shape in one group, in rank order."""
 
-    __slots__ = ("dead", "group", "items", "part", "shape", "total", "why")
+    __slots__ = ("dead", "group", "items", "need", "shape", "short", "total", "why")
 
     def __init__(self, key: QueueKey) -> None:
         self.group, self.shape = key[0], key[1:]
@@ -54,10 +54,13 @@ class _Queue:
         self.dead = False
         #: dead plain multi-node: at least the kernels of its shape that fit over the group
         self.total: int | None = None
-        #: dead multi-node with roles: the pool's :attr:`Pool.reason`; for ``count``, the role
-        #: (:attr:`Pool.last_part`) whose kernels fit at most :attr:`total` times over the group
+        #: dead multi-node with roles: the pool's :attr:`Pool.reason`; for ``count``, each
+        #: role (by index) whose kernels fit nowhere near -> a bound of those that fit over
+        #: the group (:attr:`Pool.last_short`)
         self.why = ""
-        self.part = 0
+        self.short: dict[int, int] = {}
+        #: dead: what a grown agent must have free (cores, bytes, GPUs) for it to fit again
+        self.need: tuple[float, float, float] = _ANY
 
 
 class Backlog:
@@ -80,6 +83,10 @@ class Backlog:
         #: (zeros for one that was not there)
         self.grown: dict[str, dict[str, list[float]]] = {}
         self.lost: Sequence[AgentState] = lost
+        #: the queues a pass looks at; the dead ones by group (a pass after a change looks
+        #: only at those a grown agent could revive, :attr:`_Queue.need`)
+        self.live: set[_Queue] = set()
+        self.dead: dict[str, set[_Queue]] = {}
 
     # --- changes ---------------------------------------------------------------------------
 
@@ -88,6 +95,7 @@ class Backlog:
         q = self.queues.get(key)
         if q is None:
             q = self.queues[key] = _Queue(key)
+            self.live.add(q)
         rank = rank_of(req)
         if not q.items or rank_of(q.items[-1]) < rank:
             q.items.append(req)
@@ -111,6 +119,7 @@ class Backlog:
             q = queues.get(key)
             if q is None:
                 q = queues[key] = _Queue(key)
+                self.live.add(q)
             q.items.append(req)
             queue_of[req.session_id] = key
 
@@ -154,14 +163,15 @@ class Backlog:
         names the sessions whose queue this pass looked at, with why they wait (on the agents
         as the pass left them; :meth:`why` tells it for any waiting session)."""
         decision = Decision()
+        revived = self._revive()
         heap: list[tuple[Rank, int, _Queue]] = []
-        for q in self.queues.values():
-            if q.dead and self._may_fit_now(q):  # also keeps an empty queue's bound true
-                q.dead = False
-            if q.items and not q.dead:
+        for q in list(self.live):
+            if q.items:
                 heap.append((rank_of(q.items[0]), 0, q))  # ranks are unique: q never compared
+            else:  # nothing to remember: the next session of its shape makes it anew
+                self.live.discard(q)
+                del self.queues[(q.group, *q.shape)]
         heapify(heap)
-        self.grown = {}
         for pool in self.pools.values():
             pool.failed, pool.counts = {}, {}
         looked: list[_Queue] = []
@@ -172,10 +182,17 @@ class Backlog:
             _, at, q = heap[0]
             if at == 0:
                 looked.append(q)
+                frees = revived.get(q)
+                if frees is not None and not _room(q.need, frees):
+                    # the room it was revived for went to the sessions before it: it fails
+                    self._kill(q)
+                    heappop(heap)
+                    continue
             req = q.items[at]
             group = pools.get(q.group)
             if group is None or not len(group):
-                q.dead = True
+                q.total, q.why = None, ""
+                self._kill(q)
                 heappop(heap)
                 continue
             placed = group.place(req, q.shape)
@@ -184,8 +201,8 @@ class Backlog:
                 placements[req.session_id] = placed
                 placed_at.setdefault(q, []).append(at)
             elif group.monotone:
-                q.dead, q.total, q.why = True, group.last_total, group.reason
-                q.part = group.last_part
+                q.total, q.why, q.short = group.last_total, group.reason, group.last_short
+                self._kill(q)
                 heappop(heap)
                 continue
             if at + 1 < len(q.items):
@@ -211,6 +228,54 @@ class Backlog:
         self._report([q], decision)
         return decision.waiting[session_id]
 
+    def _kill(self, q: _Queue) -> None:
+        """``q`` failed in a way only more room can cure: later passes skip it until a grown
+        agent has at least :attr:`_Queue.need` free (what :meth:`_may_fit_now` could answer
+        yes to)."""
+        q.dead = True
+        self.live.discard(q)
+        self.dead.setdefault(q.group, set()).add(q)
+        mode, size, cpu, mem, gpu, parts = q.shape
+        if mode == ClusterMode.SINGLE_NODE:  # an agent that fits the whole session
+            if parts:
+                q.need = (
+                    sum(p.cpu * p.kernels for p in parts),
+                    sum(p.mem * p.kernels for p in parts),
+                    sum(p.gpu * p.kernels for p in parts),
+                )
+            else:
+                q.need = (cpu * size, mem * size, gpu * size)
+        elif not parts:  # an agent that fits one more kernel
+            q.need = _kernel_need(cpu, mem, gpu)
+        elif q.why == "count":  # one more kernel of a role that fits nowhere near (any one)
+            k = parts[next(iter(q.short))]
+            q.need = _kernel_need(k.cpu, k.mem, k.gpu)
+        else:
+            q.need = _ANY
+
+    def _revive(self) -> dict[_Queue, list[list[float]]]:
+        """The dead queues that a grown agent may let fit now go back to the live ones (the
+        others are not looked at), each with the free resources of its group's grown agents;
+        the grown agents are forgotten."""
+        revived: dict[_Queue, list[list[float]]] = {}
+        for group, grown in self.grown.items():
+            dead, pool = self.dead.get(group), self.pools.get(group)
+            if not dead or pool is None:
+                continue
+            frees = [pool.free[a] for a in grown if a in pool.free]
+            maybe: set[_Queue] = set()
+            for f in frees:
+                c, m, g = f[0] + EPS, f[1], f[2]
+                maybe.update(q for q in dead if q.need[0] <= c and q.need[1] <= m and q.need[2] <= g)
+            for q in maybe:
+                if self._may_fit_now(q):  # also keeps its bound true
+                    q.dead = False
+                    dead.discard(q)
+                    self.live.add(q)
+                    revived[q] = frees
+        self.grown = {}
+        return revived
+
     def _may_fit_now(self, q: _Queue) -> bool:
         """Whether a dead queue may fit on the agents as they are now (module docstring);
         raises a plain multi-node queue's bound by what the grown agents gained."""
@@ -226,16 +291,18 @@ class Backlog:
                 sum(p.gpu * p.kernels for p in parts),
             )
             if mode == ClusterMode.MULTI_NODE:
-                if q.why != "count" or q.total is None:
+                if q.why != "count":
                     return any(a in pool.free for a in grown)
-                # only more kernels of the role that fit nowhere near can cure it
-                k = parts[q.part]
+                # only more kernels of each role that fit nowhere near can cure it
+                short = q.short
                 for agent_id, old in grown.items():
                     f = pool.free.get(agent_id)
                     if f is not None:
-                        now = kernels_fitting(f[0], f[1], f[2], k)
-                        q.total += max(now - kernels_fitting(old[0], old[1], old[2], k), 0)
-                return q.total >= k.kernels
+                        for i in short:
+                            k = parts[i]
+                            now = kernels_fitting(f[0], f[1], f[2], k)
+                            short[i] += max(now - kernels_fitting(old[0], old[1], old[2], k), 0)
+                return all(n >= parts[i].kernels for i, n in short.items())
         else:
             need = (cpu * size, mem * size, gpu * size)
         fits = False
@@ -257,7 +324,9 @@ class Backlog:
         if mode == ClusterMode.MULTI_NODE and q.total is not None:
             q.total += gain
             return fits or q.total >= size
-        return fits or mode == ClusterMode.MULTI_NODE
+        # multi-node: it fits when the kernels that fit over the group are enough, and they
+        # were not when it failed; only a gain can change that
+        return fits or gain > 0
 
     def _report(self, looked: list[_Queue], decision: Decision) -> None:
         """Why each session of the looked-at queues waits, on the agents as the pass left them
@@ -276,6 +345,20 @@ class Backlog:
             else:
                 lines = pool.report(req) + (waiting_for_lost(req, lost) if lost else [])
             decision.waiting.update(dict.fromkeys([r.session_id for r in q.items], lines))
+
+
+#: what any grown agent has free: a dead queue that any growth may revive
+_ANY = (-float("inf"), -float("inf"), -float("inf"))
+
+
+def _room(need: tuple[float, float, float], frees: list[list[float]]) -> bool:
+    """Whether one of the agents whose free resources are ``frees`` has ``need`` free."""
+    return any(f[0] + EPS >= need[0] and f[1] >= need[1] and f[2] >= need[2] for f in frees)
+
+
+def _kernel_need(cpu: float, mem: float, gpu: float) -> tuple[float, float, float]:
+    """What an agent must have free to hold one kernel (a resource not asked: anything)."""
+    return (cpu if cpu > 0 else _ANY[0], mem if mem > 0 else _ANY[1], gpu if gpu > 0 else _ANY[2])
 
 
 _arrival = attrgetter("order", "session_id")

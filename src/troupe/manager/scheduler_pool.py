@@ -78,9 +78,9 @@ class Pool:
         #: after a multi-node failure with roles: ``count`` when one role's kernels fit
         #: nowhere near (:meth:`count`), else ``room``
         self.reason = ""
-        #: after a ``count`` failure: the role (its index) whose kernels fit nowhere near;
-        #: :attr:`last_total` is then at most how many of them fit over the group
-        self.last_part = 0
+        #: after a ``count`` failure: each role (by index) whose kernels fit nowhere near ->
+        #: at most how many of them fit over the group
+        self.last_short: dict[int, int] = {}
         #: kernel shape -> at least how many of them fit over the group (this pass)
         self.counts: dict[tuple[float, float, float], int] = {}
         self._roomiest: tuple[tuple[int, int], list[AgentState]] = ((-1, 0), [])
@@ -272,13 +272,16 @@ class Pool:
         self.reason = "room"
         if self.total_cpu + 1e-6 < cpu:
             return None
+        short = {}
         for i, part in enumerate(req.parts):
             n = self.count(part)
             if n >= part.kernels and self.whole_fit(part.cpu, part.mem, part.gpu) is None:
                 n = self.counts[(part.cpu, part.mem, part.gpu)] = 0  # not one kernel: exact
             if n < part.kernels:  # too few even if it had every agent alone
-                self.reason, self.last_part, self.last_total = "count", i, n
-                return None
+                short[i] = n
+        if short:  # every such role must gain room before it can fit
+            self.reason, self.last_short = "count", short
+            return None
         placed = self._spread_roles(req)
         if isinstance(placed, Part):
             self.monotone = False  # greedy packing may fail with more room and fit with less
@@ -291,10 +294,11 @@ class Pool:
         key = (part.cpu, part.mem, part.gpu)
         n = self.counts.get(key)
         if n is None:
-            free, cpu, mem, gpu = self.free, part.cpu, part.mem, part.gpu
+            free, by_cpu, cpu, mem, gpu = self.free, self.by_cpu, part.cpu, part.mem, part.gpu
             n = 0
-            for f in free.values():
-                if f[1] >= mem and f[2] >= gpu and f[0] + EPS >= cpu:
+            for i in range(bisect_left(by_cpu, (cpu - EPS, "")) if cpu > 0 else 0, len(by_cpu)):
+                f = free[by_cpu[i][1]]
+                if f[1] >= mem and f[2] >= gpu:
                     n += kernels_fitting(f[0], f[1], f[2], part)
             self.counts[key] = n
         return n
@@ -362,5 +366,8 @@ class Pool:
     def _kernel_short(self, req: Request) -> Part:
         """The first kernel of a multi-node ``req`` with roles that the gang rule cannot
         place now (its first kernel if it would fit)."""
+        first = req.parts[0]
+        if self.whole_fit(first.cpu, first.mem, first.gpu) is None:  # the walk's answer
+            return Part(f"{first.role}1", 1, first.cpu, first.mem, first.gpu)
         placed = self._spread_roles(req)
         return placed if isinstance(placed, Part) else req.kernel_shapes()[0]
