@@ -46,10 +46,21 @@ def rank_of(req: Request) -> Rank:
 class _Queue:
     """The waiting sessions of one shape in one group, in rank order."""
 
-    __slots__ = ("dead", "group", "items", "need", "shape", "short", "total", "why")
+    __slots__ = ("dead", "group", "items", "need", "shape", "short", "total", "whole", "why")
 
     def __init__(self, key: QueueKey) -> None:
         self.group, self.shape = key[0], key[1:]
+        _, size, cpu, mem, gpu, parts = self.shape
+        #: (cores, bytes, GPUs) of all the kernels of one of its sessions
+        self.whole = (
+            (
+                sum(p.cpu * p.kernels for p in parts),
+                sum(p.mem * p.kernels for p in parts),
+                sum(p.gpu * p.kernels for p in parts),
+            )
+            if parts
+            else (cpu * size, mem * size, gpu * size)
+        )
         self.items: list[Request] = []
         self.dead = False
         #: dead plain multi-node: at least the kernels of its shape that fit over the group
@@ -163,6 +174,8 @@ class Backlog:
         names the sessions whose queue this pass looked at, with why they wait (on the agents
         as the pass left them; :meth:`why` tells it for any waiting session)."""
         decision = Decision()
+        for pool in self.pools.values():
+            pool.failed, pool.counts = {}, {}
         revived = self._revive()
         heap: list[tuple[Rank, int, _Queue]] = []
         for q in list(self.live):
@@ -172,8 +185,6 @@ class Backlog:
                 self.live.discard(q)
                 del self.queues[(q.group, *q.shape)]
         heapify(heap)
-        for pool in self.pools.values():
-            pool.failed, pool.counts = {}, {}
         looked: list[_Queue] = []
         placed_at: dict[_Queue, list[int]] = {}
         placements = decision.placements
@@ -235,23 +246,7 @@ class Backlog:
         q.dead = True
         self.live.discard(q)
         self.dead.setdefault(q.group, set()).add(q)
-        mode, size, cpu, mem, gpu, parts = q.shape
-        if mode == ClusterMode.SINGLE_NODE:  # an agent that fits the whole session
-            if parts:
-                q.need = (
-                    sum(p.cpu * p.kernels for p in parts),
-                    sum(p.mem * p.kernels for p in parts),
-                    sum(p.gpu * p.kernels for p in parts),
-                )
-            else:
-                q.need = (cpu * size, mem * size, gpu * size)
-        elif not parts:  # an agent that fits one more kernel
-            q.need = _kernel_need(cpu, mem, gpu)
-        elif q.why == "count":  # one more kernel of a role that fits nowhere near (any one)
-            k = parts[next(iter(q.short))]
-            q.need = _kernel_need(k.cpu, k.mem, k.gpu)
-        else:
-            q.need = _ANY
+        _set_need(q)
 
     def _revive(self) -> dict[_Queue, list[list[float]]]:
         """The dead queues that a grown agent may let fit now go back to the live ones (the
@@ -266,7 +261,9 @@ class Backlog:
             maybe: set[_Queue] = set()
             for f in frees:
                 c, m, g = f[0] + EPS, f[1], f[2]
-                maybe.update(q for q in dead if q.need[0] <= c and q.need[1] <= m and q.need[2] <= g)
+                maybe.update(
+                    q for q in dead if q.need[0] <= c and q.need[1] <= m and q.need[2] <= g
+                )
             for q in maybe:
                 if self._may_fit_now(q):  # also keeps its bound true
                     q.dead = False
@@ -278,55 +275,43 @@ class Backlog:
 
     def _may_fit_now(self, q: _Queue) -> bool:
         """Whether a dead queue may fit on the agents as they are now (module docstring);
-        raises a plain multi-node queue's bound by what the grown agents gained."""
+        raises its bound of the kernels that fit by what the grown agents gained."""
         grown = self.grown.get(q.group)
         pool = self.pools.get(q.group)
         if not grown or pool is None:
             return False
         mode, size, cpu, mem, gpu, parts = q.shape
+        free = pool.free
+        fits = _room(q.whole, [free[a] for a in grown if a in free])
+        if mode == ClusterMode.SINGLE_NODE:
+            return fits
         if parts:
-            need = (
-                sum(p.cpu * p.kernels for p in parts),
-                sum(p.mem * p.kernels for p in parts),
-                sum(p.gpu * p.kernels for p in parts),
-            )
-            if mode == ClusterMode.MULTI_NODE:
-                if q.why != "count":
-                    return any(a in pool.free for a in grown)
-                # only more kernels of each role that fit nowhere near can cure it
-                short = q.short
-                for agent_id, old in grown.items():
-                    f = pool.free.get(agent_id)
-                    if f is not None:
-                        for i in short:
-                            k = parts[i]
-                            now = kernels_fitting(f[0], f[1], f[2], k)
-                            short[i] += max(now - kernels_fitting(old[0], old[1], old[2], k), 0)
-                return all(n >= parts[i].kernels for i, n in short.items())
-        else:
-            need = (cpu * size, mem * size, gpu * size)
-        fits = False
-        gain = 0
-        kernel = Part("", 1, cpu, mem, gpu)
-        for agent_id, old in grown.items():
-            f = pool.free.get(agent_id)
-            if f is None:
-                continue
-            if f[0] + EPS >= need[0] and f[1] >= need[1] and f[2] >= need[2]:
-                fits = True
-            if mode == ClusterMode.MULTI_NODE:
-                # a role's kernels that fit nowhere near: only more of them fitting can cure
-                for k in parts or (kernel,):
-                    now = kernels_fitting(f[0], f[1], f[2], k)
-                    gain += max(now - kernels_fitting(old[0], old[1], old[2], k), 0)
-        if parts:
-            return fits or gain > 0
-        if mode == ClusterMode.MULTI_NODE and q.total is not None:
+            return fits or self._roles_may_fit(q, grown, pool)
+        gain = _gain(grown, free, Part("", 1, cpu, mem, gpu))
+        if q.total is not None:
             q.total += gain
             return fits or q.total >= size
-        # multi-node: it fits when the kernels that fit over the group are enough, and they
-        # were not when it failed; only a gain can change that
+        # it fits when the kernels that fit over the group are enough, and they were not
+        # when it failed: only a gain can change that
         return fits or gain > 0
+
+    def _roles_may_fit(self, q: _Queue, grown: dict[str, list[float]], pool: Pool) -> bool:
+        """A multi-node gang with roles: whether each role that fit nowhere near (the bounds
+        raised by the gains) may fit now, and then (the pass's counts are exact at its start)
+        whether every role may; the roles that may not are remembered instead."""
+        if q.why != "count":
+            return any(a in pool.free for a in grown)
+        parts, short = q.shape[5], q.short
+        for i in short:
+            short[i] += _gain(grown, pool.free, parts[i])
+        if any(n < parts[i].kernels for i, n in short.items()):
+            return False
+        now = {i: n for i, p in enumerate(parts) if (n := pool.count(p)) < p.kernels}
+        if now:
+            q.short = now
+            _set_need(q)
+            return False
+        return True
 
     def _report(self, looked: list[_Queue], decision: Decision) -> None:
         """Why each session of the looked-at queues waits, on the agents as the pass left them
@@ -349,6 +334,33 @@ class Backlog:
 
 #: what any grown agent has free: a dead queue that any growth may revive
 _ANY = (-float("inf"), -float("inf"), -float("inf"))
+
+
+def _set_need(q: _Queue) -> None:
+    """What a grown agent must have free for the dead ``q`` to fit again (a necessary
+    condition: :meth:`Backlog._may_fit_now` answers no without it)."""
+    mode, _, cpu, mem, gpu, parts = q.shape
+    if mode == ClusterMode.SINGLE_NODE:  # an agent that fits the whole session
+        q.need = q.whole
+    elif not parts:  # an agent that fits one more kernel
+        q.need = _kernel_need(cpu, mem, gpu)
+    elif q.why == "count":  # one more kernel of a role that fits nowhere near (any one)
+        k = parts[next(iter(q.short))]
+        q.need = _kernel_need(k.cpu, k.mem, k.gpu)
+    else:
+        q.need = _ANY
+
+
+def _gain(grown: dict[str, list[float]], free: dict[str, list[float]], kernel: Part) -> int:
+    """How many more kernels of ``kernel``'s shape the grown agents (id -> free resources
+    before they grew) hold now than before."""
+    gain = 0
+    for agent_id, old in grown.items():
+        f = free.get(agent_id)
+        if f is not None:
+            now = kernels_fitting(f[0], f[1], f[2], kernel)
+            gain += max(now - kernels_fitting(old[0], old[1], old[2], kernel), 0)
+    return gain
 
 
 def _room(need: tuple[float, float, float], frees: list[list[float]]) -> bool:
