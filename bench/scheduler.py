@@ -7,8 +7,8 @@ Prints figures; passes or fails nothing (machines differ). Times are the process
         [--mixed] [--changes 50] [--compare REV]
 ``--mixed``: a fifth of the sessions have roles (main + workers of another shape, some with a
 parameter server), multi-node more often. ``--compare REV``: the full pass of the scheduler
-as it was at git revision REV (before the backlog: ``f6d5663``) in the same run, interleaved,
-and whether it placed the same.
+as it was at git revision REV (before the backlog: ``f6d5663``; the backlog before its
+dead-queue index: ``1a714c4``) in the same run, interleaved, and whether it placed the same.
 """
 
 from __future__ import annotations
@@ -77,16 +77,27 @@ def with_roles(r: Request, rnd: random.Random) -> Request:
 
 
 def old_scheduler(rev: str) -> types.ModuleType:
-    """The scheduler module as it was at ``rev`` (it needs nothing the tree lacks now)."""
-    src = subprocess.run(
-        ["git", "show", f"{rev}:src/troupe/manager/scheduler.py"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    """The scheduler as it was at ``rev`` (it needs nothing the tree lacks now): the module
+    with ``schedule`` (``scheduler_backlog`` where the revision has it, else ``scheduler``),
+    its sibling modules loaded from the same revision under other names."""
     mod = types.ModuleType("old_scheduler")
-    sys.modules[mod.__name__] = mod
-    exec(compile(src, f"{rev}:scheduler.py", "exec"), mod.__dict__)
+    for name in ("scheduler", "scheduler_pool", "scheduler_backlog"):
+        try:
+            src = subprocess.run(
+                ["git", "show", f"{rev}:src/troupe/manager/{name}.py"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        except subprocess.CalledProcessError:
+            break  # before the backlog: one module
+        for sibling in ("scheduler_backlog", "scheduler_pool", "scheduler"):
+            src = src.replace(f"troupe.manager.{sibling}", f"old_{sibling}")
+        mod = types.ModuleType(f"old_{name}")
+        sys.modules[mod.__name__] = mod
+        exec(compile(src, f"{rev}:{name}.py", "exec"), mod.__dict__)
+    if not hasattr(mod, "schedule"):  # the module of the types has what schedule needs
+        mod = sys.modules["old_scheduler"]
     return mod
 
 
@@ -172,8 +183,9 @@ def main() -> None:
     requests, agents = world(args.sessions, args.agents, mixed=args.mixed)
     old = old_scheduler(args.compare) if args.compare else None
     if old is not None:
-        old_requests = convert(requests, old.Request, old.Part)
-        old_agents = convert(agents, old.AgentState, old.Part)
+        types_mod = sys.modules["old_scheduler"]  # where Request, AgentState and Part live
+        old_requests = convert(requests, types_mod.Request, types_mod.Part)
+        old_agents = convert(agents, types_mod.AgentState, types_mod.Part)
     times, old_times, same = [], [], True
     for _ in range(args.repeat):
         ms, decision = cpu_ms(schedule, requests, agents)

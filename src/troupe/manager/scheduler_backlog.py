@@ -400,9 +400,12 @@ def _hold(pool: Pool, req: Request, placed: list[str]) -> None:
             pool.hold(agent_id, req.cpu * n, req.mem * n, req.gpu * n)
         return
     held: dict[str, list[float]] = {}
-    for agent_id, k in zip(placed, req.kernel_shapes(), strict=True):
-        h = held.setdefault(agent_id, [0.0, 0, 0])
-        h[0], h[1], h[2] = h[0] + k.cpu, h[1] + k.mem, h[2] + k.gpu
+    at = 0
+    for p in req.parts:  # kernel by kernel in rank order, as the plain rule adds them
+        for agent_id in placed[at : at + p.kernels]:
+            h = held.setdefault(agent_id, [0.0, 0, 0])
+            h[0], h[1], h[2] = h[0] + p.cpu, h[1] + p.mem, h[2] + p.gpu
+        at += p.kernels
     for agent_id, (cpu, mem, gpu) in held.items():
         pool.hold(agent_id, cpu, mem, gpu)
 

@@ -138,14 +138,21 @@ class Pool:
         self.total_cpu = total + max(f[0], 0.0)
         new = (f[0], agent_id)
         level, free_gpu = _level(f[1]), int(f[2])
-        for lists, was, now in ((self.by_mem, old_level, level), (self.by_gpu, old_gpu, free_gpu)):
-            if was > 0 or lists is self.by_mem:
-                bucket = lists[was]
+        by_mem = self.by_mem
+        bucket = by_mem[old_level]
+        del bucket[bisect_left(bucket, old)]
+        if not bucket:  # searches walk the buckets: no empty ones
+            del by_mem[old_level]
+        insort(by_mem.setdefault(level, []), new)
+        if old_gpu > 0 or free_gpu > 0:
+            by_gpu = self.by_gpu
+            if old_gpu > 0:
+                bucket = by_gpu[old_gpu]
                 del bucket[bisect_left(bucket, old)]
                 if not bucket:
-                    del lists[was]
-            if now > 0 or lists is self.by_mem:
-                insort(lists.setdefault(now, []), new)
+                    del by_gpu[old_gpu]
+            if free_gpu > 0:
+                insort(by_gpu.setdefault(free_gpu, []), new)
         by_cpu = self.by_cpu
         del by_cpu[bisect_left(by_cpu, old)]
         insort(by_cpu, new)
@@ -210,6 +217,8 @@ class Pool:
             level = _level(mem)
             lists = []
             for at, entries in self.by_mem.items():
+                if entries[-1] < key:  # not one agent of it has the cores
+                    continue
                 if at > level:
                     i = bisect_left(entries, key)
                     if i < len(entries) and (best is None or entries[i] < best):
