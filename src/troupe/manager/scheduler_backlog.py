@@ -17,7 +17,7 @@ A multi-node session with roles whose gang (greedy, role by role) failed may fit
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from heapq import heapify, heappop, heapreplace
+from heapq import heapify, heappop, heappush, heapreplace
 from operator import attrgetter
 
 from troupe.cluster.contract import ClusterMode
@@ -46,7 +46,18 @@ def rank_of(req: Request) -> Rank:
 class _Queue:
     """The waiting sessions of one shape in one group, in rank order."""
 
-    __slots__ = ("dead", "group", "items", "need", "shape", "short", "total", "whole", "why")
+    __slots__ = (
+        "dead",
+        "group",
+        "items",
+        "need",
+        "shape",
+        "short",
+        "total",
+        "touched",
+        "whole",
+        "why",
+    )
 
     def __init__(self, key: QueueKey) -> None:
         self.group, self.shape = key[0], key[1:]
@@ -70,6 +81,9 @@ class _Queue:
         #: the group (:attr:`Pool.last_short`)
         self.why = ""
         self.short: dict[int, int] = {}
+        #: ``greedy`` (its last gang failed as packed, :attr:`Pool.last_touched`): the agents
+        #: that gang took from -> their free resources then
+        self.touched: dict[str, list[float]] = {}
         #: dead: what a grown agent must have free (cores, bytes, GPUs) for it to fit again
         self.need: tuple[float, float, float] = _ANY
 
@@ -98,6 +112,10 @@ class Backlog:
         #: only at those a grown agent could revive, :attr:`_Queue.need`)
         self.live: set[_Queue] = set()
         self.dead: dict[str, set[_Queue]] = {}
+        #: the dead ``greedy`` queues: also revived when an agent their gang took from changed
+        self.asleep: set[_Queue] = set()
+        #: agent id -> the ``asleep`` queues whose gang took from it
+        self.touched_by: dict[str, set[_Queue]] = {}
 
     # --- changes ---------------------------------------------------------------------------
 
@@ -211,7 +229,12 @@ class Backlog:
                 _hold(group, req, placed)
                 placements[req.session_id] = placed
                 placed_at.setdefault(q, []).append(at)
-            elif group.monotone:
+                q.why = ""
+                if self.touched_by:
+                    self._wake_touched(placed, heap, looked)
+            elif not group.monotone:
+                q.why, q.touched = group.reason, group.last_touched
+            else:
                 q.total, q.why, q.short = group.last_total, group.reason, group.last_short
                 self._kill(q)
                 heappop(heap)
@@ -228,6 +251,12 @@ class Backlog:
                 q.items = [it for i, it in enumerate(q.items) if i not in gone]
         for sid in decision.placements:
             del self.queue_of[sid]
+        for q in looked:  # its last session failed as packed: so would the next, as they are
+            if q.why == "greedy" and not q.dead and q.items:
+                self._kill(q)
+                self.asleep.add(q)
+                for a in q.touched:
+                    self.touched_by.setdefault(a, set()).add(q)
         if report:
             self._report(looked, decision)
         return decision
@@ -253,6 +282,10 @@ class Backlog:
         others are not looked at), each with the free resources of its group's grown agents;
         the grown agents are forgotten."""
         revived: dict[_Queue, list[list[float]]] = {}
+        for q in list(self.asleep):
+            pool = self.pools.get(q.group)
+            if pool is None or any(pool.free.get(a) != f for a, f in q.touched.items()):
+                self._wake(q)
         for group, grown in self.grown.items():
             dead, pool = self.dead.get(group), self.pools.get(group)
             if not dead or pool is None:
@@ -266,12 +299,36 @@ class Backlog:
                 )
             for q in maybe:
                 if self._may_fit_now(q):  # also keeps its bound true
-                    q.dead = False
-                    dead.discard(q)
-                    self.live.add(q)
+                    self._wake(q)
                     revived[q] = frees
         self.grown = {}
         return revived
+
+    def _wake(self, q: _Queue) -> None:
+        q.dead = False
+        self.dead[q.group].discard(q)
+        self.live.add(q)
+        if q in self.asleep:
+            self.asleep.discard(q)
+            for a in q.touched:
+                self.touched_by[a].discard(q)
+                if not self.touched_by[a]:
+                    del self.touched_by[a]
+
+    def _wake_touched(
+        self, placed: list[str], heap: list[tuple[Rank, int, _Queue]], looked: list[_Queue]
+    ) -> None:
+        """The ``asleep`` queues whose gang took from an agent that a placement just changed
+        join the pass from their first session after the one placed (the ones before failed
+        at their turn, on the agents as they were)."""
+        rank = heap[0][0]
+        for agent_id in dict.fromkeys(placed):
+            for q in list(self.touched_by.get(agent_id, ())):
+                self._wake(q)
+                looked.append(q)
+                at = _bisect_rank(q.items, rank)
+                if at < len(q.items):
+                    heappush(heap, (rank_of(q.items[at]), at, q))  # after heap[0]: it stays
 
     def _may_fit_now(self, q: _Queue) -> bool:
         """Whether a dead queue may fit on the agents as they are now (module docstring);

@@ -81,6 +81,9 @@ class Pool:
         #: after a ``count`` failure: each role (by index) whose kernels fit nowhere near ->
         #: at most how many of them fit over the group
         self.last_short: dict[int, int] = {}
+        #: after a ``greedy`` failure: the agents the gang took from -> their free resources
+        self.last_touched: dict[str, list[float]] = {}
+        self._took: list[str] = []  # the agents the last failed gang took from
         #: kernel shape -> at least how many of them fit over the group (this pass)
         self.counts: dict[tuple[float, float, float], int] = {}
         self._roomiest: tuple[tuple[int, int], list[AgentState]] = ((-1, 0), [])
@@ -293,12 +296,15 @@ class Pool:
             return None
         placed = self._spread_roles(req)
         if isinstance(placed, Part):
-            self.monotone = False  # greedy packing may fail with more room and fit with less
+            # Greedy packing may fail with more room and fit with less: it fails again only
+            # while no agent grows and the agents it took from stay as they are.
+            self.monotone, self.reason = False, "greedy"
+            self.last_touched = {a: list(self.free[a]) for a in self._took}
             return None
         return placed
 
     def count(self, part: Part) -> int:
-        """At least how many kernels of ``part``'s shape fit over the group: exact when first
+        """At most how many kernels of ``part``'s shape fit over the group: exact when first
         asked in a pass, a bound after (room only shrinks within a pass)."""
         key = (part.cpu, part.mem, part.gpu)
         n = self.counts.get(key)
@@ -336,6 +342,7 @@ class Pool:
                     t += 1
                 else:
                     idx = part.kernels - left + 1
+                    self._took = list(local)
                     return Part(f"{part.role}{idx}", 1, part.cpu, part.mem, part.gpu)
                 a = base[agent_id]
                 u = local.get(agent_id) or self.used[agent_id]
