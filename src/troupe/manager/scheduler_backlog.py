@@ -116,6 +116,7 @@ class Backlog:
         self.asleep: set[_Queue] = set()
         #: agent id -> the ``asleep`` queues whose gang took from it
         self.touched_by: dict[str, set[_Queue]] = {}
+        self._gains: dict[tuple[float, float, float], int] = {}
 
     # --- changes ---------------------------------------------------------------------------
 
@@ -291,6 +292,7 @@ class Backlog:
             if not dead or pool is None:
                 continue
             frees = [pool.free[a] for a in grown if a in pool.free]
+            self._gains = {}
             maybe: set[_Queue] = set()
             for f in frees:
                 c, m, g = f[0] + EPS, f[1], f[2]
@@ -344,13 +346,31 @@ class Backlog:
             return fits
         if parts:
             return fits or self._roles_may_fit(q, grown, pool)
-        gain = _gain(grown, free, Part("", 1, cpu, mem, gpu))
+        gain = self._gain(grown, free, Part("", 1, cpu, mem, gpu))
         if q.total is not None:
             q.total += gain
             return fits or q.total >= size
         # it fits when the kernels that fit over the group are enough, and they were not
         # when it failed: only a gain can change that
         return fits or gain > 0
+
+    def _gain(
+        self, grown: dict[str, list[float]], free: dict[str, list[float]], kernel: Part
+    ) -> int:
+        """How many more kernels of ``kernel``'s shape the grown agents (id -> free resources
+        before they grew) hold now than before (the same for every queue of the group: kept
+        while :meth:`_revive` looks at the group)."""
+        key = (kernel.cpu, kernel.mem, kernel.gpu)
+        gain = self._gains.get(key)
+        if gain is None:
+            gain = 0
+            for agent_id, old in grown.items():
+                f = free.get(agent_id)
+                if f is not None:
+                    now = kernels_fitting(f[0], f[1], f[2], kernel)
+                    gain += max(now - kernels_fitting(old[0], old[1], old[2], kernel), 0)
+            self._gains[key] = gain
+        return gain
 
     def _roles_may_fit(self, q: _Queue, grown: dict[str, list[float]], pool: Pool) -> bool:
         """A multi-node gang with roles: whether each role that fit nowhere near (the bounds
@@ -360,7 +380,7 @@ class Backlog:
             return any(a in pool.free for a in grown)
         parts, short = q.shape[5], q.short
         for i in short:
-            short[i] += _gain(grown, pool.free, parts[i])
+            short[i] += self._gain(grown, pool.free, parts[i])
         if any(n < parts[i].kernels for i, n in short.items()):
             return False
         now = {i: n for i, p in enumerate(parts) if (n := pool.count(p)) < p.kernels}
@@ -406,18 +426,6 @@ def _set_need(q: _Queue) -> None:
         q.need = _kernel_need(k.cpu, k.mem, k.gpu)
     else:
         q.need = _ANY
-
-
-def _gain(grown: dict[str, list[float]], free: dict[str, list[float]], kernel: Part) -> int:
-    """How many more kernels of ``kernel``'s shape the grown agents (id -> free resources
-    before they grew) hold now than before."""
-    gain = 0
-    for agent_id, old in grown.items():
-        f = free.get(agent_id)
-        if f is not None:
-            now = kernels_fitting(f[0], f[1], f[2], kernel)
-            gain += max(now - kernels_fitting(old[0], old[1], old[2], kernel), 0)
-    return gain
 
 
 def _room(need: tuple[float, float, float], frees: list[list[float]]) -> bool:
