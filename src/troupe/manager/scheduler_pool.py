@@ -78,9 +78,9 @@ class Pool:
         #: after a multi-node failure with roles: ``count`` when one role's kernels fit
         #: nowhere near (:meth:`count`), else ``room``
         self.reason = ""
-        #: after a ``count`` failure: each role (by index) whose kernels fit nowhere near ->
-        #: at most how many of them fit over the group
-        self.last_short: dict[int, int] = {}
+        #: after a ``count`` failure: the first role (by index) whose kernels fit nowhere
+        #: near; :attr:`last_total` is then at most how many of them fit over the group
+        self.last_part = 0
         #: after a ``greedy`` failure: the agents the gang took from -> their free resources
         self.last_touched: dict[str, list[float]] = {}
         self._took: list[str] = []  # the agents the last failed gang took from
@@ -284,16 +284,13 @@ class Pool:
         self.reason = "room"
         if self.total_cpu + 1e-6 < cpu:
             return None
-        short = {}
         for i, part in enumerate(req.parts):
             n = self.count(part)
             if n >= part.kernels and self.whole_fit(part.cpu, part.mem, part.gpu) is None:
                 n = self.counts[(part.cpu, part.mem, part.gpu)] = 0  # not one kernel: exact
             if n < part.kernels:  # too few even if it had every agent alone
-                short[i] = n
-        if short:  # every such role must gain room before it can fit
-            self.reason, self.last_short = "count", short
-            return None
+                self.reason, self.last_part, self.last_total = "count", i, n
+                return None
         placed = self._spread_roles(req)
         if isinstance(placed, Part):
             # Greedy packing may fail with more room and fit with less: it fails again only
