@@ -125,12 +125,17 @@ def fmt(times: list[float]) -> str:
 
 
 def incremental(
-    requests: list[Request], agents: list[AgentState], n: int, rnd: random.Random
+    requests: list[Any],
+    agents: list[Any],
+    n: int,
+    rnd: random.Random,
+    backlog_class: Any = Backlog,
 ) -> tuple[list[float], list[float]]:
     """Passes after one session's end, and after one agent's change (a new agent, or one
     whose capacity changed), on a backlog that had its full pass; placements only (the
-    why-pending report of a waiting session is made when asked for, ``Backlog.why``)."""
-    backlog = Backlog(agents)
+    why-pending report of a waiting session is made when asked for, ``Backlog.why``).
+    ``backlog_class``: another revision's, with its own ``requests`` and ``agents``."""
+    backlog = backlog_class(agents)
     backlog.add_all(requests)
     decision = backlog.run()
     by_id = {r.session_id: r for r in requests}
@@ -206,6 +211,11 @@ def main() -> None:
         ends, changes = incremental(requests, agents, args.changes, random.Random(2))
         print(f"  pass after one session's end: {fmt(ends)}")
         print(f"  pass after one agent's change: {fmt(changes)}")
+        if old is not None and hasattr(old, "Backlog"):
+            rnd = random.Random(2)
+            ends, changes = incremental(old_requests, old_agents, args.changes, rnd, old.Backlog)
+            print(f"  at {args.compare}: after one session's end: {fmt(ends)}")
+            print(f"  at {args.compare}: after one agent's change: {fmt(changes)}")
 
 
 if __name__ == "__main__":

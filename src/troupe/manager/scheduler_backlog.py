@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from heapq import heapify, heappop, heappush, heapreplace
+from itertools import pairwise
 from operator import attrgetter
 
 from troupe.manager.scheduler import EPS, AgentState, Decision, Request, waiting_for_lost
@@ -89,7 +90,10 @@ class Backlog:
             return
         # one sort of all (stable: by arrival, then by priority, highest first), then each
         # session to its queue, which stays in rank order
-        ordered = sorted(requests, key=_arrival)
+        ordered = sorted(requests, key=_order)  # floats compare fast; ties are rare
+        orders = [r.order for r in ordered]
+        if any(a == b for a, b in pairwise(orders)):
+            ordered.sort(key=_arrival)
         ordered.sort(key=_priority, reverse=True)
         queues, queue_of = self.queues, self.queue_of
         for req in ordered:
@@ -306,6 +310,7 @@ class Backlog:
             decision.waiting.update(dict.fromkeys([r.session_id for r in q.items], lines))
 
 
+_order = attrgetter("order")
 _arrival = attrgetter("order", "session_id")
 _priority = attrgetter("priority")
 
