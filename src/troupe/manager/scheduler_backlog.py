@@ -260,9 +260,8 @@ class Backlog:
             frees = [pool.free[a] for a in grown if a in pool.free]
             for f in frees:
                 c, m, g = f[0] + EPS, f[1], f[2]
-                for q in dead:
-                    if q.need[0] <= c and q.need[1] <= m and q.need[2] <= g and q not in maybe:
-                        maybe[q] = frees
+                for q in [q for q in dead if (n := q.need)[0] <= c and n[1] <= m and n[2] <= g]:
+                    maybe[q] = frees
         for q in maybe:
             if q.items:
                 heap.append((rank_of(q.items[0]), 0, q))
