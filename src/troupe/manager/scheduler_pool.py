@@ -76,7 +76,8 @@ class Pool:
         #: after a plain multi-node failure: how many of its kernels fit over all agents
         self.last_total: int | None = None
         #: after a multi-node failure with roles: ``count`` when one role's kernels fit
-        #: nowhere near (:meth:`count`), else ``room``
+        #: nowhere near (:meth:`count`, or not one agent with room for one), ``greedy`` when
+        #: the gang failed as packed (not :attr:`monotone`), else ``room``
         self.reason = ""
         #: after a ``count`` failure: the first role (by index) whose kernels fit nowhere
         #: near; :attr:`last_total` is then at most how many of them fit over the group
