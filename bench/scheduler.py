@@ -7,8 +7,8 @@ Prints figures; passes or fails nothing (machines differ). Times are the process
         [--mixed] [--changes 50] [--compare REV]
 ``--mixed``: a fifth of the sessions have roles (main + workers of another shape, some with a
 parameter server), multi-node more often. ``--compare REV``: the full pass of the scheduler
-as it was at git revision REV (before the backlog: ``f6d5663``) in the same run, interleaved,
-and whether it placed the same.
+as it was at git revision REV (before the backlog: ``f6d5663``; the backlog before its
+dead-queue index: ``1a714c4``) in the same run, interleaved, and whether it placed the same.
 """
 
 from __future__ import annotations
@@ -77,16 +77,27 @@ def with_roles(r: Request, rnd: random.Random) -> Request:
 
 
 def old_scheduler(rev: str) -> types.ModuleType:
-    """The scheduler module as it was at ``rev`` (it needs nothing the tree lacks now)."""
-    src = subprocess.run(
-        ["git", "show", f"{rev}:src/troupe/manager/scheduler.py"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    """The scheduler as it was at ``rev`` (it needs nothing the tree lacks now): the module
+    with ``schedule`` (``scheduler_backlog`` where the revision has it, else ``scheduler``),
+    its sibling modules loaded from the same revision under other names."""
     mod = types.ModuleType("old_scheduler")
-    sys.modules[mod.__name__] = mod
-    exec(compile(src, f"{rev}:scheduler.py", "exec"), mod.__dict__)
+    for name in ("scheduler", "scheduler_pool", "scheduler_backlog"):
+        try:
+            src = subprocess.run(
+                ["git", "show", f"{rev}:src/troupe/manager/{name}.py"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        except subprocess.CalledProcessError:
+            break  # before the backlog: one module
+        for sibling in ("scheduler_backlog", "scheduler_pool", "scheduler"):
+            src = src.replace(f"troupe.manager.{sibling}", f"old_{sibling}")
+        mod = types.ModuleType(f"old_{name}")
+        sys.modules[mod.__name__] = mod
+        exec(compile(src, f"{rev}:{name}.py", "exec"), mod.__dict__)
+    if not hasattr(mod, "schedule"):  # the module of the types has what schedule needs
+        mod = sys.modules["old_scheduler"]
     return mod
 
 
@@ -114,12 +125,17 @@ def fmt(times: list[float]) -> str:
 
 
 def incremental(
-    requests: list[Request], agents: list[AgentState], n: int, rnd: random.Random
+    requests: list[Any],
+    agents: list[Any],
+    n: int,
+    rnd: random.Random,
+    backlog_class: Any = Backlog,
 ) -> tuple[list[float], list[float]]:
     """Passes after one session's end, and after one agent's change (a new agent, or one
     whose capacity changed), on a backlog that had its full pass; placements only (the
-    why-pending report of a waiting session is made when asked for, ``Backlog.why``)."""
-    backlog = Backlog(agents)
+    why-pending report of a waiting session is made when asked for, ``Backlog.why``).
+    ``backlog_class``: another revision's, with its own ``requests`` and ``agents``."""
+    backlog = backlog_class(agents)
     backlog.add_all(requests)
     decision = backlog.run()
     by_id = {r.session_id: r for r in requests}
@@ -172,8 +188,9 @@ def main() -> None:
     requests, agents = world(args.sessions, args.agents, mixed=args.mixed)
     old = old_scheduler(args.compare) if args.compare else None
     if old is not None:
-        old_requests = convert(requests, old.Request, old.Part)
-        old_agents = convert(agents, old.AgentState, old.Part)
+        types_mod = sys.modules["old_scheduler"]  # where Request, AgentState and Part live
+        old_requests = convert(requests, types_mod.Request, types_mod.Part)
+        old_agents = convert(agents, types_mod.AgentState, types_mod.Part)
     times, old_times, same = [], [], True
     for _ in range(args.repeat):
         ms, decision = cpu_ms(schedule, requests, agents)
@@ -194,6 +211,11 @@ def main() -> None:
         ends, changes = incremental(requests, agents, args.changes, random.Random(2))
         print(f"  pass after one session's end: {fmt(ends)}")
         print(f"  pass after one agent's change: {fmt(changes)}")
+        if old is not None and hasattr(old, "Backlog"):
+            rnd = random.Random(2)
+            ends, changes = incremental(old_requests, old_agents, args.changes, rnd, old.Backlog)
+            print(f"  at {args.compare}: after one session's end: {fmt(ends)}")
+            print(f"  at {args.compare}: after one agent's change: {fmt(changes)}")
 
 
 if __name__ == "__main__":

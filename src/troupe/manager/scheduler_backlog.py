@@ -2,60 +2,38 @@
 at what that change can affect; :func:`schedule` is one pass over a fresh backlog.
 
 Pure, in memory. Waiting sessions are queued per group and shape (sessions of equal shape
-share a fit answer). A queue is *dead* once one of its sessions failed in a way that only
-more room can cure (docs/contract.md, 'Placement'): it then fails on the agents as they are
-and on any state with less room, so a later pass skips it (and every session of that shape
-added meanwhile) unless an agent of its group gained room it could use:
+share a fit answer, :mod:`troupe.manager.scheduler_queues`). A queue is *dead* once one of
+its sessions failed in a way that only more room can cure (docs/contract.md, 'Placement'):
+it then fails on the agents as they are and on any state with less room, so a later pass
+skips it (and every session of that shape added meanwhile) unless an agent of its group
+gained room it could use:
 - single-node: a grown agent that now fits the whole session;
-- multi-node: that, or (one shape for every kernel) an upper bound of the kernels that fit
-  over the group, raised by each grown agent's gain, that reaches the size; with roles, any
-  grown agent.
-A multi-node session with roles whose gang (greedy, role by role) failed may fit later with
-*less* room, so its queue never dies that way: each pass looks at it again.
+- multi-node: that, or an upper bound of the kernels that fit over the group (with roles: of
+  the first role that fit nowhere near), raised by each grown agent's gain, that reaches
+  what it needs (then, with roles, every role's count of the pass must too).
+A multi-node gang with roles whose greedy packing (role by role) failed may fit later with
+*less* room: its queue sleeps (dead) until an agent of its group grows or an agent its gang
+took from changes, also by a placement in the same pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from heapq import heapify, heappop, heapreplace
+from heapq import heapify, heappop, heappush, heapreplace
+from itertools import pairwise
 from operator import attrgetter
 
-from troupe.cluster.contract import ClusterMode
-from troupe.manager.scheduler import (
-    EPS,
-    AgentState,
-    Decision,
-    Part,
-    Request,
-    kernels_fitting,
-    waiting_for_lost,
-)
+from troupe.manager.scheduler import EPS, AgentState, Decision, Request, waiting_for_lost
 from troupe.manager.scheduler_pool import Pool
+from troupe.manager.scheduler_queues import Queue, QueueKey, Rank, may_fit_now, room
 
-Rank = tuple[int, float, str]
-#: (group, mode, size, cpu, mem, gpu, parts): the group and the :data:`Shape`
-QueueKey = tuple[str, str, int, float, int, int, tuple[Part, ...]]
 _queue_key = attrgetter("group", "mode", "size", "cpu", "mem", "gpu", "parts")
+Heap = list[tuple[Rank, int, Queue]]
 
 
 def rank_of(req: Request) -> Rank:
     """Highest priority first, then first come (then the session id, for a total order)."""
     return (-req.priority, req.order, req.session_id)
-
-
-class _Queue:
-    """The waiting sessions of one shape in one group, in rank order."""
-
-    __slots__ = ("dead", "group", "items", "shape", "total", "why")
-
-    def __init__(self, key: QueueKey) -> None:
-        self.group, self.shape = key[0], key[1:]
-        self.items: list[Request] = []
-        self.dead = False
-        #: dead plain multi-node: at least the kernels of its shape that fit over the group
-        self.total: int | None = None
-        #: dead multi-node with roles: the pool's :attr:`Pool.reason`
-        self.why = ""
 
 
 class Backlog:
@@ -72,20 +50,31 @@ class Backlog:
             by_group.setdefault(a.group, []).append(a)
         self.pools = {g: Pool(members) for g, members in by_group.items()}
         self.group_of = {a.id: g for g, members in by_group.items() for a in members}
-        self.queues: dict[QueueKey, _Queue] = {}
+        self.queues: dict[QueueKey, Queue] = {}
         self.queue_of: dict[str, QueueKey] = {}
         #: group -> agent id -> its free resources before it grew since the last pass
         #: (zeros for one that was not there)
         self.grown: dict[str, dict[str, list[float]]] = {}
         self.lost: Sequence[AgentState] = lost
+        #: the queues a pass walks; the dead ones by group (a pass looks only at those that a
+        #: grown agent has the :attr:`Queue.need` of)
+        self.live: set[Queue] = set()
+        self.dead: dict[str, set[Queue]] = {}
+        #: agent id -> the dead ``greedy`` queues whose gang took from it
+        self.touched_by: dict[str, set[Queue]] = {}
 
     # --- changes ---------------------------------------------------------------------------
 
-    def add(self, req: Request) -> None:
-        key: QueueKey = _queue_key(req)
+    def _queue(self, key: QueueKey) -> Queue:
         q = self.queues.get(key)
         if q is None:
-            q = self.queues[key] = _Queue(key)
+            q = self.queues[key] = Queue(key)
+            self.live.add(q)
+        return q
+
+    def add(self, req: Request) -> None:
+        key: QueueKey = _queue_key(req)
+        q = self._queue(key)
         rank = rank_of(req)
         if not q.items or rank_of(q.items[-1]) < rank:
             q.items.append(req)
@@ -101,14 +90,17 @@ class Backlog:
             return
         # one sort of all (stable: by arrival, then by priority, highest first), then each
         # session to its queue, which stays in rank order
-        ordered = sorted(requests, key=_arrival)
+        ordered = sorted(requests, key=_order)  # floats compare fast; ties are rare
+        orders = [r.order for r in ordered]
+        if any(a == b for a, b in pairwise(orders)):
+            ordered.sort(key=_arrival)
         ordered.sort(key=_priority, reverse=True)
         queues, queue_of = self.queues, self.queue_of
         for req in ordered:
             key = _queue_key(req)
             q = queues.get(key)
             if q is None:
-                q = queues[key] = _Queue(key)
+                q = self._queue(key)
             q.items.append(req)
             queue_of[req.session_id] = key
 
@@ -149,31 +141,39 @@ class Backlog:
     def run(self, report: bool = True) -> Decision:
         """One pass: places what fits, highest priority first, then first come; a session that
         does not fit does not hold back smaller ones behind it. With ``report``, ``waiting``
-        names the sessions whose queue this pass looked at, with why they wait (on the agents
+        names the sessions whose queue this pass tried, with why they wait (on the agents
         as the pass left them; :meth:`why` tells it for any waiting session)."""
         decision = Decision()
-        heap: list[tuple[Rank, int, _Queue]] = []
-        for q in self.queues.values():
-            if q.dead and self._may_fit_now(q):  # also keeps an empty queue's bound true
-                q.dead = False
-            if q.items and not q.dead:
-                heap.append((rank_of(q.items[0]), 0, q))  # ranks are unique: q never compared
-        heapify(heap)
-        self.grown = {}
         for pool in self.pools.values():
             pool.failed, pool.counts = {}, {}
-        looked: list[_Queue] = []
-        placed_at: dict[_Queue, list[int]] = {}
+        heap: Heap = []
+        for q in list(self.live):
+            if q.items:
+                heap.append((rank_of(q.items[0]), 0, q))  # ranks are unique: q never compared
+            else:  # nothing to remember: the next session of its shape makes it anew
+                self.live.discard(q)
+                del self.queues[(q.group, *q.shape)]
+        maybe = self._maybe(heap)
+        heapify(heap)
+        looked: list[Queue] = []
+        placed_at: dict[Queue, list[int]] = {}
         placements = decision.placements
         pools = self.pools
         while heap:
             _, at, q = heap[0]
             if at == 0:
+                if q.dead:  # its turn: may it fit now (only after the sessions before it)?
+                    pool = pools[q.group]
+                    if not (room(q.need, maybe[q]) and may_fit_now(q, self.grown[q.group], pool)):
+                        heappop(heap)
+                        continue
+                    self._wake(q)
                 looked.append(q)
             req = q.items[at]
             group = pools.get(q.group)
             if group is None or not len(group):
-                q.dead = True
+                q.total, q.why = None, ""
+                self._kill(q)
                 heappop(heap)
                 continue
             placed = group.place(req, q.shape)
@@ -181,14 +181,21 @@ class Backlog:
                 _hold(group, req, placed)
                 placements[req.session_id] = placed
                 placed_at.setdefault(q, []).append(at)
-            elif group.monotone:
-                q.dead, q.total, q.why = True, group.last_total, group.reason
+                q.why = ""
+                if self.touched_by:
+                    self._wake_touched(placed, heap, looked, maybe)
+            elif not group.monotone:
+                q.why, q.touched = group.reason, group.last_touched
+            else:
+                q.total, q.why, q.part = group.last_total, group.reason, group.last_part
+                self._kill(q)
                 heappop(heap)
                 continue
             if at + 1 < len(q.items):
                 heapreplace(heap, (rank_of(q.items[at + 1]), at + 1, q))
             else:
                 heappop(heap)
+        self.grown = {}
         for q, ats in placed_at.items():
             if ats[-1] == len(ats) - 1:
                 del q.items[: len(ats)]
@@ -197,6 +204,11 @@ class Backlog:
                 q.items = [it for i, it in enumerate(q.items) if i not in gone]
         for sid in decision.placements:
             del self.queue_of[sid]
+        for q in looked:  # its last session failed as packed: so would the next, as they are
+            if q.why == "greedy" and not q.dead and q.items:
+                self._kill(q)
+                for a in q.touched:
+                    self.touched_by.setdefault(a, set()).add(q)
         if report:
             self._report(looked, decision)
         return decision
@@ -208,46 +220,77 @@ class Backlog:
         self._report([q], decision)
         return decision.waiting[session_id]
 
-    def _may_fit_now(self, q: _Queue) -> bool:
-        """Whether a dead queue may fit on the agents as they are now (module docstring);
-        raises a plain multi-node queue's bound by what the grown agents gained."""
-        grown = self.grown.get(q.group)
-        pool = self.pools.get(q.group)
-        if not grown or pool is None:
-            return False
-        mode, size, cpu, mem, gpu, parts = q.shape
-        if parts:
-            need = (
-                sum(p.cpu * p.kernels for p in parts),
-                sum(p.mem * p.kernels for p in parts),
-                sum(p.gpu * p.kernels for p in parts),
-            )
-            if mode == ClusterMode.MULTI_NODE and q.why != "count":
-                return any(a in pool.free for a in grown)
-        else:
-            need = (cpu * size, mem * size, gpu * size)
-        fits = False
-        gain = 0
-        kernel = Part("", 1, cpu, mem, gpu)
-        for agent_id, old in grown.items():
-            f = pool.free.get(agent_id)
-            if f is None:
-                continue
-            if f[0] + EPS >= need[0] and f[1] >= need[1] and f[2] >= need[2]:
-                fits = True
-            if mode == ClusterMode.MULTI_NODE:
-                # a role's kernels that fit nowhere near: only more of them fitting can cure
-                for k in parts or (kernel,):
-                    now = kernels_fitting(f[0], f[1], f[2], k)
-                    gain += max(now - kernels_fitting(old[0], old[1], old[2], k), 0)
-        if parts:
-            return fits or gain > 0
-        if mode == ClusterMode.MULTI_NODE and q.total is not None:
-            q.total += gain
-            return fits or q.total >= size
-        return fits or mode == ClusterMode.MULTI_NODE
+    def _kill(self, q: Queue) -> None:
+        """``q`` failed in a way only more room can cure: later passes skip it until a grown
+        agent has its :attr:`Queue.need` free."""
+        q.dead = True
+        self.live.discard(q)
+        self.dead.setdefault(q.group, set()).add(q)
+        q.set_need()
 
-    def _report(self, looked: list[_Queue], decision: Decision) -> None:
+    def _wake(self, q: Queue) -> None:
+        q.dead = False
+        self.dead[q.group].discard(q)
+        self.live.add(q)
+        if q.why == "greedy":
+            for a in q.touched:
+                queues = self.touched_by.get(a)
+                if queues is not None:
+                    queues.discard(q)
+                    if not queues:
+                        del self.touched_by[a]
+
+    def _maybe(self, heap: Heap) -> dict[Queue, list[list[float]]]:
+        """The dead queues that may fit now, each with the free resources of its group's grown
+        agents: those a grown agent has the :attr:`Queue.need` of join ``heap`` still dead
+        (:meth:`run` asks at their turn, when the sessions before them took their room), the
+        ``greedy`` ones whose gang took from an agent that changed wake."""
+        for agent_id, queues in list(self.touched_by.items()):
+            for q in list(queues):
+                pool = self.pools.get(q.group)
+                if pool is None or pool.free.get(agent_id) != q.touched[agent_id]:
+                    self._wake(q)
+                    if q.items:
+                        heap.append((rank_of(q.items[0]), 0, q))
+        maybe: dict[Queue, list[list[float]]] = {}
+        for group, grown in self.grown.items():
+            dead, pool = self.dead.get(group), self.pools.get(group)
+            if not dead or pool is None:
+                continue
+            frees = [pool.free[a] for a in grown if a in pool.free]
+            for f in frees:
+                c, m, g = f[0] + EPS, f[1], f[2]
+                for q in [q for q in dead if (n := q.need)[0] <= c and n[1] <= m and n[2] <= g]:
+                    maybe[q] = frees
+        for q in maybe:
+            if q.items:
+                heap.append((rank_of(q.items[0]), 0, q))
+            elif may_fit_now(q, self.grown[q.group], self.pools[q.group]):  # keeps its bound
+                self._wake(q)
+        return maybe
+
+    def _wake_touched(
+        self,
+        placed: list[str],
+        heap: Heap,
+        looked: list[Queue],
+        maybe: dict[Queue, list[list[float]]],
+    ) -> None:
+        """The dead ``greedy`` queues whose gang took from an agent that a placement just
+        changed join the pass from their first session after the one placed (the ones before
+        failed at their turn, on the agents as they were)."""
+        rank = heap[0][0]
+        for agent_id in dict.fromkeys(placed):
+            for q in list(self.touched_by.get(agent_id, ())):
+                self._wake(q)
+                at = _bisect_rank(q.items, rank)
+                if at == 0 and q in maybe:
+                    continue  # already in the heap at its first session
+                looked.append(q)
+                if at < len(q.items):
+                    heappush(heap, (rank_of(q.items[at]), at, q))  # after heap[0]: it stays
+
+    def _report(self, looked: list[Queue], decision: Decision) -> None:
         """Why each session of the looked-at queues waits, on the agents as the pass left them
         (one report per queue)."""
         lost_by_group: dict[str, list[AgentState]] = {}
@@ -266,6 +309,7 @@ class Backlog:
             decision.waiting.update(dict.fromkeys([r.session_id for r in q.items], lines))
 
 
+_order = attrgetter("order")
 _arrival = attrgetter("order", "session_id")
 _priority = attrgetter("priority")
 
@@ -293,9 +337,12 @@ def _hold(pool: Pool, req: Request, placed: list[str]) -> None:
             pool.hold(agent_id, req.cpu * n, req.mem * n, req.gpu * n)
         return
     held: dict[str, list[float]] = {}
-    for agent_id, k in zip(placed, req.kernel_shapes(), strict=True):
-        h = held.setdefault(agent_id, [0.0, 0, 0])
-        h[0], h[1], h[2] = h[0] + k.cpu, h[1] + k.mem, h[2] + k.gpu
+    at = 0
+    for p in req.parts:  # kernel by kernel in rank order, as the plain rule adds them
+        for agent_id in placed[at : at + p.kernels]:
+            h = held.setdefault(agent_id, [0.0, 0, 0])
+            h[0], h[1], h[2] = h[0] + p.cpu, h[1] + p.mem, h[2] + p.gpu
+        at += p.kernels
     for agent_id, (cpu, mem, gpu) in held.items():
         pool.hold(agent_id, cpu, mem, gpu)
 

@@ -76,8 +76,15 @@ class Pool:
         #: after a plain multi-node failure: how many of its kernels fit over all agents
         self.last_total: int | None = None
         #: after a multi-node failure with roles: ``count`` when one role's kernels fit
-        #: nowhere near (:meth:`count`), else ``room``
+        #: nowhere near (:meth:`count`, or not one agent with room for one), ``greedy`` when
+        #: the gang failed as packed (not :attr:`monotone`), else ``room``
         self.reason = ""
+        #: after a ``count`` failure: the first role (by index) whose kernels fit nowhere
+        #: near; :attr:`last_total` is then at most how many of them fit over the group
+        self.last_part = 0
+        #: after a ``greedy`` failure: the agents the gang took from -> their free resources
+        self.last_touched: dict[str, list[float]] = {}
+        self._took: list[str] = []  # the agents the last failed gang took from
         #: kernel shape -> at least how many of them fit over the group (this pass)
         self.counts: dict[tuple[float, float, float], int] = {}
         self._roomiest: tuple[tuple[int, int], list[AgentState]] = ((-1, 0), [])
@@ -135,14 +142,21 @@ class Pool:
         self.total_cpu = total + max(f[0], 0.0)
         new = (f[0], agent_id)
         level, free_gpu = _level(f[1]), int(f[2])
-        for lists, was, now in ((self.by_mem, old_level, level), (self.by_gpu, old_gpu, free_gpu)):
-            if was > 0 or lists is self.by_mem:
-                bucket = lists[was]
+        by_mem = self.by_mem
+        bucket = by_mem[old_level]
+        del bucket[bisect_left(bucket, old)]
+        if not bucket:  # searches walk the buckets: no empty ones
+            del by_mem[old_level]
+        insort(by_mem.setdefault(level, []), new)
+        if old_gpu > 0 or free_gpu > 0:
+            by_gpu = self.by_gpu
+            if old_gpu > 0:
+                bucket = by_gpu[old_gpu]
                 del bucket[bisect_left(bucket, old)]
                 if not bucket:
-                    del lists[was]
-            if now > 0 or lists is self.by_mem:
-                insort(lists.setdefault(now, []), new)
+                    del by_gpu[old_gpu]
+            if free_gpu > 0:
+                insort(by_gpu.setdefault(free_gpu, []), new)
         by_cpu = self.by_cpu
         del by_cpu[bisect_left(by_cpu, old)]
         insort(by_cpu, new)
@@ -207,6 +221,8 @@ class Pool:
             level = _level(mem)
             lists = []
             for at, entries in self.by_mem.items():
+                if entries[-1] < key:  # not one agent of it has the cores
+                    continue
                 if at > level:
                     i = bisect_left(entries, key)
                     if i < len(entries) and (best is None or entries[i] < best):
@@ -269,26 +285,33 @@ class Pool:
         self.reason = "room"
         if self.total_cpu + 1e-6 < cpu:
             return None
-        for part in req.parts:
-            if self.count(part) < part.kernels:  # too few even if it had every agent alone
-                self.reason = "count"
+        for i, part in enumerate(req.parts):
+            n = self.count(part)
+            if n >= part.kernels and self.whole_fit(part.cpu, part.mem, part.gpu) is None:
+                n = self.counts[(part.cpu, part.mem, part.gpu)] = 0  # not one kernel: exact
+            if n < part.kernels:  # too few even if it had every agent alone
+                self.reason, self.last_part, self.last_total = "count", i, n
                 return None
         placed = self._spread_roles(req)
         if isinstance(placed, Part):
-            self.monotone = False  # greedy packing may fail with more room and fit with less
+            # Greedy packing may fail with more room and fit with less: it fails again only
+            # while no agent grows and the agents it took from stay as they are.
+            self.monotone, self.reason = False, "greedy"
+            self.last_touched = {a: list(self.free[a]) for a in self._took}
             return None
         return placed
 
     def count(self, part: Part) -> int:
-        """At least how many kernels of ``part``'s shape fit over the group: exact when first
+        """At most how many kernels of ``part``'s shape fit over the group: exact when first
         asked in a pass, a bound after (room only shrinks within a pass)."""
         key = (part.cpu, part.mem, part.gpu)
         n = self.counts.get(key)
         if n is None:
-            free, cpu, mem, gpu = self.free, part.cpu, part.mem, part.gpu
+            free, by_cpu, cpu, mem, gpu = self.free, self.by_cpu, part.cpu, part.mem, part.gpu
             n = 0
-            for f in free.values():
-                if f[1] >= mem and f[2] >= gpu and f[0] + EPS >= cpu:
+            for i in range(bisect_left(by_cpu, (cpu - EPS, "")) if cpu > 0 else 0, len(by_cpu)):
+                f = free[by_cpu[i][1]]
+                if f[1] >= mem and f[2] >= gpu:
                     n += kernels_fitting(f[0], f[1], f[2], part)
             self.counts[key] = n
         return n
@@ -317,6 +340,7 @@ class Pool:
                     t += 1
                 else:
                     idx = part.kernels - left + 1
+                    self._took = list(local)
                     return Part(f"{part.role}{idx}", 1, part.cpu, part.mem, part.gpu)
                 a = base[agent_id]
                 u = local.get(agent_id) or self.used[agent_id]
@@ -356,5 +380,8 @@ class Pool:
     def _kernel_short(self, req: Request) -> Part:
         """The first kernel of a multi-node ``req`` with roles that the gang rule cannot
         place now (its first kernel if it would fit)."""
+        first = req.parts[0]
+        if self.whole_fit(first.cpu, first.mem, first.gpu) is None:  # the walk's answer
+            return Part(f"{first.role}1", 1, first.cpu, first.mem, first.gpu)
         placed = self._spread_roles(req)
         return placed if isinstance(placed, Part) else req.kernel_shapes()[0]
