@@ -16,14 +16,16 @@ places one waiting session in the freed room), three ways, interleaved:
 Prints wall and CPU time (``time.process_time``, the aiosqlite thread included) per pass;
 passes or fails nothing. Usage:
     .venv/bin/python bench/placing.py [--sessions 10000] [--agents 1000] [--rounds 5]
-        [--compare REV]
+        [--compare REV] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
+import pstats
 import random
 import subprocess
 import sys
@@ -194,17 +196,23 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     async def no_preparer(sid: str) -> None:
         return None
 
+    prof = cProfile.Profile()
     for _ in range(args.rounds):
         for way, run in ways.items():
             sid = running.pop(rnd.randrange(len(running)))
             await teardown.teardown(life, sid, S.TERMINATED, {"reason": "bench"}, no_preparer)
+            if args.profile and way == "kept":
+                prof.enable()
             wall, cpu, result = await timed(run)
+            prof.disable()
             times[way]["wall"].append(wall)
             times[way]["cpu"].append(cpu)
             placed[way].append(len(result.placed))
             running.extend(result.placed)
             if way != "kept":  # the kept backlog catches up with the other ways' placements
                 await placer.place()
+    if args.profile:
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
     async with store() as db:
         waiting = (
             await db.execute(select(func.count()).where(Session.status == S.PENDING))
@@ -237,6 +245,7 @@ def main() -> None:
     ap.add_argument("--agents", type=int, default=1_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--compare", metavar="REV")
+    ap.add_argument("--profile", action="store_true", help="cProfile of the kept passes")
     args = ap.parse_args()
     out = asyncio.run(main_async(args))
     out["uptime"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()

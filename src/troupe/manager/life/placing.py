@@ -26,8 +26,9 @@ from troupe.api.lifecycle import Change, KernelStatus, SessionStatus, transition
 from troupe.manager.life.admission import lost_states
 from troupe.manager.life.context import Life
 from troupe.manager.life.pending_feed import Waiting, chunks, holders, load_waiting
+from troupe.manager.life.pending_reports import Reports
 from troupe.manager.life.teardown import wipe_keys
-from troupe.manager.scheduler import AgentState, Decision, assign_gpus
+from troupe.manager.scheduler import AgentState, assign_gpus
 from troupe.manager.scheduler_backlog import Backlog
 from troupe.manager.session_events import SCHEDULER
 from troupe.manager.store.models import Session
@@ -68,8 +69,7 @@ class Placer:
         self.life = life
         self.backlog: Backlog | None = None
         self.waiting: dict[str, Waiting] = {}
-        #: group -> its PENDING sessions
-        self.by_group: dict[str, set[str]] = {}
+        self.reports = Reports()
         #: placed session -> the agents its kernels hold
         self.held_by: dict[str, set[str]] = {}
         #: ALIVE agent -> (its group, its free GPUs' UUIDs)
@@ -121,9 +121,8 @@ class Placer:
         async with self.life.store() as db:
             if self.backlog is None:
                 await self._rebuild(db)
-                added = set(self.waiting)
             else:
-                added = await self._refresh(db, groups)
+                await self._refresh(db, groups)
         backlog = self.backlog
         assert backlog is not None
         result = Pass()
@@ -131,10 +130,10 @@ class Placer:
             return result
         now = utcnow()
         expired = self._expired(now)
-        decision = backlog.run()
+        decision = backlog.run(report=False)
         for agent_ids in decision.placements.values():
             groups.update(self.agents[a][0] for a in agent_ids)
-        reports = self._reports(decision, groups, added - set(expired))
+        reports = self.reports.due(backlog, groups, decision.placements)
         gpu_ids = {a: list(self.agents[a][1]) for p in decision.placements.values() for a in p}
         outcome = _Outcome(expired, decision.placements, reports, gpu_ids)
         skipped = await self.life.store.write(lambda db: _write(db, self.waiting, outcome, now))
@@ -145,10 +144,6 @@ class Placer:
             else:  # (its end may come before the next pass: its agents are known now)
                 self.held_by[sid] = set(decision.placements[sid])
                 result.placed.append(sid)
-        for sid, lines in reports.items():
-            w = self.waiting.get(sid)
-            if w is not None:
-                self.waiting[sid] = Waiting(w.request, w.hosts, w.due, lines)
         result.next_due = self._next_due(now)
         return result
 
@@ -159,21 +154,19 @@ class Placer:
         self.backlog = Backlog(states, await lost_states(self.life, db))
         self.agents = {a.id: (a.group, a.gpu_free_ids) for a in states}
         self.waiting = await load_waiting(db)
-        self.by_group = {}
+        self.reports = Reports()
         self._dues = []
         self.backlog.add_all(w.request for w in self.waiting.values())
         for sid, w in self.waiting.items():
             self._index(sid, w)
         self.held_by = await holders(db)
 
-    async def _refresh(self, db: AsyncSession, groups: set[str]) -> set[str]:
-        """Feeds the backlog what changed; adds to ``groups`` those whose agents changed.
-        Returns the sessions added."""
+    async def _refresh(self, db: AsyncSession, groups: set[str]) -> None:
+        """Feeds the backlog what changed; adds to ``groups`` those whose agents changed."""
         backlog = self.backlog
         assert backlog is not None
         sessions, self._sessions = self._sessions, set()
         touched, self._touched = self._touched, set()
-        added: set[str] = set()
         if sessions:
             fresh = await load_waiting(db, sessions)
             held = await holders(db, sessions)
@@ -188,7 +181,6 @@ class Placer:
                 elif sid not in self.waiting:
                     self._index(sid, w)
                     backlog.add(w.request)
-                    added.add(sid)
         if touched:
             states = {a.id: a for a in await self.life.fleet.states(db, touched)}
             for agent_id in touched:
@@ -200,7 +192,6 @@ class Placer:
             backlog.lost = await lost_states(self.life, db)
             if list(was) != list(backlog.lost):
                 groups.update(a.group for a in [*was, *backlog.lost])
-        return added
 
     def _set_agent(
         self, backlog: Backlog, agent_id: str, state: AgentState | None, groups: set[str]
@@ -217,14 +208,14 @@ class Placer:
 
     def _index(self, sid: str, w: Waiting) -> None:
         self.waiting[sid] = w
-        self.by_group.setdefault(w.request.group, set()).add(sid)
+        self.reports.add(sid, w)
         if w.due is not None:
             heapq.heappush(self._dues, (w.due, sid))
 
     def _forget(self, sid: str) -> None:
         w = self.waiting.pop(sid, None)
         if w is not None:
-            self.by_group[w.request.group].discard(sid)
+            self.reports.remove(sid, w)
 
     def _expired(self, now: datetime) -> list[str]:
         """The sessions whose max_pending_seconds ran out, out of the backlog."""
@@ -247,32 +238,6 @@ class Placer:
                 return (due - now).total_seconds() + 0.05
             heapq.heappop(self._dues)
         return None
-
-    def _reports(
-        self, decision: Decision, groups: set[str], added: set[str]
-    ) -> dict[str, list[str]]:
-        """The why-pending lines that differ from the stored ones: of the sessions the pass
-        looked at, and of every session of a group whose agents changed (one report per
-        shape), and of new ones."""
-        backlog = self.backlog
-        assert backlog is not None
-        lines = dict(decision.waiting)
-        ask = {sid for g in groups for sid in self.by_group.get(g, ())} | added
-        by_shape: dict[object, list[str]] = {}
-        for sid in ask:
-            if sid in lines or sid not in self.waiting or sid in decision.placements:
-                continue
-            r = self.waiting[sid].request
-            key = (r.group, r.mode, r.size, r.cpu, r.mem, r.gpu, r.parts)
-            by_shape.setdefault(key, []).append(sid)
-        for sids in by_shape.values():
-            why = backlog.why(sids[0])
-            lines.update(dict.fromkeys(sids, why))
-        return {
-            sid: ls
-            for sid, ls in lines.items()
-            if sid in self.waiting and self.waiting[sid].shown != ls
-        }
 
 
 async def _write(
