@@ -21,7 +21,9 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from tests.inprocess.conftest import Harness
 from tests.inprocess.fake_agent import FakeAgent
+from tests.inprocess.helpers import get_when, running
 from tests.lifehelpers import _path as path
 from tests.lifehelpers import add_user, memory_store
 from troupe.api.agent import AgentBackend, AgentCapacity
@@ -167,6 +169,8 @@ class World:
 
     def __init__(self, life: Life, owner: User, rng: random.Random) -> None:
         self.life, self.owner, self.rng = life, owner, rng
+        #: the manager's placer, told of re-registrations as the registry tells it
+        self.placer = Placer(life)
         self.n = 0
         self.agents: dict[str, AgentCapacity] = {}
 
@@ -221,7 +225,7 @@ class World:
             return
         self.agents[name] = cap
         self.life.fleet.events.get_nowait()  # AgentBack: as the registry does
-        return self.placer.touch_agent(name)
+        self.placer.touch_agent(name)
 
     async def lose(self) -> None:
         alive = [a for a in self.agents if a not in self.life.fleet.lost]
@@ -268,8 +272,6 @@ class World:
             await self.life.fleet.remove(name)
             del self.agents[name]
 
-    placer: Placer
-
 
 async def failing_write(life: Life, monkeypatch: pytest.MonkeyPatch) -> None:
     """The next write of the pass rolls back and fails."""
@@ -292,7 +294,7 @@ async def test_the_kept_backlog_decides_as_a_full_pass(
     rng = random.Random(seed)
     owner = await add_user(life.store, admin=True)
     world = World(life, owner, rng)
-    placer = world.placer = Placer(life)
+    placer = world.placer
     placer.listen()
     placed = failed = 0
     for _ in range(4):
@@ -330,3 +332,29 @@ async def test_the_kept_backlog_decides_as_a_full_pass(
         await world.run_placed()
     placer.close()
     assert placed > 20 and failed  # (the sequences place sessions, not only wait)
+
+
+async def test_the_manager_keeps_one_backlog_and_builds_it_again_at_restart(
+    manager: Harness,
+) -> None:
+    """The registry's passes share one backlog: a waiting session is placed once a running
+    one ends, with no full pass in between; a restarted manager builds it from the database."""
+    registry = manager.app.state.registry if manager.app is not None else None
+    assert registry is not None
+    await running(manager, "a", resources={"cpu": 3})
+    await manager.create("b", resources={"cpu": 3})
+    s = await get_when(manager, "b", lambda s: bool(s["status_info"].get("pending")))
+    assert s["status_info"]["pending"]["main1"][0].startswith("agent local: cpu: needs 3 cores")
+    kept = registry.placer.backlog
+    assert kept is not None
+    r = await manager.client.delete("/sessions/a")
+    assert r.status_code == 200, r.text
+    assert (await manager.wait("b"))["status"] == "RUNNING"
+    assert registry.placer.backlog is kept
+    await manager.create("c", resources={"cpu": 3})
+    await manager.restart()
+    s = await get_when(manager, "c", lambda s: bool(s["status_info"].get("pending")))
+    assert s["status"] == "PENDING", s
+    r = await manager.client.delete("/sessions/b")
+    assert r.status_code == 200, r.text
+    assert (await manager.wait("c"))["status"] == "RUNNING"
