@@ -19,5 +19,7 @@ echo "==> API (bench/api.py)"
 $PY bench/api.py
 echo "==> scheduler (bench/scheduler.py)"
 $PY bench/scheduler.py
+echo "==> placing in the manager (bench/placing.py)"
+$PY bench/placing.py
 echo "==> app proxy (bench/apps.py)"
 $PY bench/apps.py

@@ -12,7 +12,7 @@ import hmac
 import logging
 import secrets
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -146,17 +146,25 @@ class Fleet:
                 unreachable.add(agent_id)  # its heartbeat time-out decides
         return held, unreachable | self.lost
 
-    async def states(self, db: AsyncSession) -> list[AgentState]:
-        """Capacity and use of every ALIVE agent, counted from the database (kernels of
-        sessions that hold resources), so nothing is counted twice. GPUs are counted by device:
-        an offered GPU is free unless such a kernel holds its UUID."""
-        agents = (await db.execute(select(Agent).where(Agent.status == AgentStatus.ALIVE))).all()
+    async def states(
+        self, db: AsyncSession, ids: Collection[str] | None = None
+    ) -> list[AgentState]:
+        """Capacity and use of every ALIVE agent (of those in ``ids`` if given), counted from
+        the database (kernels of sessions that hold resources), so nothing is counted twice.
+        GPUs are counted by device: an offered GPU is free unless such a kernel holds its
+        UUID."""
+        alive = select(Agent).where(Agent.status == AgentStatus.ALIVE)
+        holding = Kernel.agent_id.is_not(None)
+        if ids is not None:
+            alive = alive.where(Agent.id.in_(sorted(ids)))
+            holding = Kernel.agent_id.in_(sorted(ids))
+        agents = (await db.execute(alive)).all()
         used: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
         held: dict[str, set[str]] = defaultdict(set)
         rows = await db.execute(
             select(Kernel.agent_id, Kernel.gpus, Kernel.cpu, Kernel.mem)
             .join(Session, Kernel.session_id == Session.id)
-            .where(Session.status.in_(SESSION_ALLOCATED), Kernel.agent_id.is_not(None))
+            .where(Session.status.in_(SESSION_ALLOCATED), holding)
         )
         for agent_id, gpus, cpu, mem in rows:
             u = used[agent_id or ""]

@@ -59,6 +59,8 @@ class Registry:
         self.life = Life(
             config, store, self.fleet, LogStore(config.logs_dir, config.saved_logs_total)
         )
+        #: the scheduler's backlog, kept between passes
+        self.placer = placing.Placer(self.life)
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._preparers: dict[str, asyncio.Task[None]] = {}
@@ -70,6 +72,7 @@ class Registry:
         """Starts the agents, reconciles the sessions, starts the loops."""
         await self.fleet.start()
         await reconcile.reconcile(self.life, self.end)
+        self.placer.listen()
         self._spawn(self._scheduler_loop(), "scheduler")
         self._spawn(self._event_loop(), "fleet-events")
         self._spawn(self._wake_on_changes(), "wake-on-changes")
@@ -82,6 +85,7 @@ class Registry:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        self.placer.close()
         await self.fleet.stop()
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
@@ -225,7 +229,7 @@ class Registry:
             next_pass = min(5.0, self.config.agent_timeout / 3)
             try:
                 with SCHEDULER_PASS.time():
-                    result = await placing.place_pending(self.life)
+                    result = await self.placer.place()
                 if result.next_due is not None:
                     next_pass = min(next_pass, result.next_due)
                 for sid in result.placed:
@@ -282,6 +286,7 @@ class Registry:
                 }
                 self._spawn(self.end(sid, S.ERROR, info), f"agent-lost-{sid}")
         elif isinstance(event, AgentBack):
+            self.placer.touch_agent(event.agent_id)
             self._spawn(self._sweep_then_place(), "sweep")
 
     async def _sweep_then_place(self) -> None:
