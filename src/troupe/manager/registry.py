@@ -236,7 +236,10 @@ class Registry:
                 "kernel": host,
                 "message": event.message,
             }
-            await self.end(session_id, S.ERROR, info)
+            restarts = (await self.get(session_id)).restarts
+            await self.end(
+                session_id, S.ERROR, {**info, "restarts": restarts} if restarts else info
+            )
 
     def _replace(self, session_id: str) -> None:
         self._preparers[session_id] = self._spawn(
