@@ -55,7 +55,7 @@ from common import (
     stop_server,
     sweep,
 )
-from ready import TB, bed_nodes, tb, wait_agents
+from ready import TB, bed_nodes, tb
 
 RESULTS = ROOT / "bench" / "results" / "replacing.json"
 IMAGE = "troupe/base:0.1.0"
@@ -130,7 +130,7 @@ def at(info: dict[str, Any], status: str) -> float:
 async def replace(
     server: TroupeServer, agents: dict[int, subprocess.Popen[bytes]], n: int, o: argparse.Namespace,
     token: str, i: int,
-) -> dict[str, float]:  # fmt: skip
+) -> dict[str, Any]:  # fmt: skip
     """One lost agent: (time-out, re-placement, total) in seconds; everything restored."""
     async with server.client() as api:
         sid = await created(api, server, body(f"{PREFIX}replace-{n}-{i}", n, o, restarts=1))
@@ -152,14 +152,26 @@ async def replace(
             raise TimeoutError(f"session {sid} not RUNNING again")
         lost, up = at(info, "RESTARTING"), at(info, "RUNNING")
         hosts = sorted({k["agent"] for k in info["kernels"]})
+        steps = {  # where the re-placement's time goes, from the session's timeline
+            f"{a}->{b}": round(at(info, b) - at(info, a), 3)
+            for a, b in [
+                ("RESTARTING", "PENDING"),
+                ("PENDING", "SCHEDULED"),
+                ("SCHEDULED", "PREPARING"),
+                ("PREPARING", "network"),
+                ("network", "RUNNING"),
+            ]
+            if a in info["timeline"] and b in info["timeline"]
+        }
         await gone(api, sid, o)
         agents[node] = start_agent(server, node, token, agent_cpu(n, o))
-        await wait_agents(server, {agent_name(j) for j in agents})
+        await agents_ready(server, agent_cpu(n, o))
         return {
             "timeout_s": lost - t0,
             "replace_s": up - lost,
             "total_s": up - t0,
             "hosts_after": len(hosts),
+            "steps": steps,
         }
 
 
@@ -168,14 +180,32 @@ def agent_cpu(n: int, o: argparse.Namespace) -> float:
     return (math.ceil(n / 2) + 0.5) * float(o.cpu)
 
 
+async def agents_ready(server: TroupeServer, cpu: float, limit: float = 60) -> None:
+    """Every agent ALIVE and offering ``cpu`` cores (a restarted one registered again)."""
+    names = {agent_name(j) for j in range(1, HOSTS + 1)}
+    async with server.client() as api:
+        end = time.perf_counter() + limit
+        while time.perf_counter() < end:
+            rows = (await api.get("/agents")).json()
+            ready = {
+                a["name"]
+                for a in rows
+                if a["status"] == "ALIVE" and abs(float(a["cpu"]) - cpu) < 1e-6
+            }
+            if names <= ready:
+                return
+            await asyncio.sleep(0.2)
+    raise TimeoutError(f"agents not ready with {cpu:g} cores")
+
+
 async def one_size(server: TroupeServer, n: int, o: argparse.Namespace, token: str,
                    agents: dict[int, subprocess.Popen[bytes]]) -> dict[str, Any]:  # fmt: skip
     for j in list(agents):  # each agent sized for this N
         stop_process(agents[j])
         agents[j] = start_agent(server, j, token, agent_cpu(n, o))
-    await wait_agents(server, {agent_name(j) for j in agents})
+    await agents_ready(server, agent_cpu(n, o))
     ups: list[float] = []
-    rounds: list[dict[str, float]] = []
+    rounds: list[dict[str, Any]] = []
     loads: list[float] = []
     for i in range(o.rounds):
         loads.append(os.getloadavg()[0])
@@ -185,7 +215,7 @@ async def one_size(server: TroupeServer, n: int, o: argparse.Namespace, token: s
         print(
             f"  N={n} round {i + 1}: fresh {ups[-1]:.2f} s; lost agent: time-out "
             f"{r['timeout_s']:.2f} s + re-placement {r['replace_s']:.2f} s "
-            f"(load {loads[-1]:.1f})",
+            f"(load {loads[-1]:.1f}) {r['steps']}",
             flush=True,
         )
     f = statistics.median(ups)

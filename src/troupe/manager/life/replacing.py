@@ -5,7 +5,8 @@ failing (docs/policies.md).
 -> RESTARTING (the lost agent's first kernel in the restart history, with the agent, a
 ``restart`` event; one restart counted, whatever the phase), then what is left of the failed
 attempt is removed (the kernels on the agents still there, their logs saved as that
-attempt's, and the network), and RESTARTING -> PENDING with every kernel PENDING and
+attempt's, and its network unless the lost host may still hold a container in it), and
+RESTARTING -> PENDING with every kernel PENDING and
 unplaced: from there the session goes the way of a new one, through the scheduler (its
 why-pending report while nothing fits, ``max_pending_seconds`` counted from this PENDING),
 SCHEDULED and PREPARING (a new network, every kernel made anew) to RUNNING, with
@@ -126,13 +127,18 @@ async def place_again(life: Life, session_id: str) -> None:
 
 
 async def _remove_attempt(life: Life, session_id: str, agents: set[str]) -> dict[str, str]:
-    """The failed attempt's kernels removed from ``agents`` (and the session's networks);
-    the LOST ones are skipped, unless one is back meanwhile: its part is removed then, before
-    its kernels are unplaced (once they are, the scheduler may place them there again, with
-    the same container names). Returns the kernels' logs."""
+    """The failed attempt's kernels removed from ``agents``; the LOST ones are skipped, unless
+    one is back meanwhile: its part is removed then, before its kernels are unplaced (once
+    they are, the scheduler may place them there again, with the same container names).
+    Its networks go too once no LOST agent holds a kernel of it: an overlay cannot be removed
+    while a container on another host is in it (the engine would refuse for seconds), and
+    the next attempt's network has a name of its own; the session's end removes them all.
+    Returns the kernels' logs."""
     saved: dict[str, str] = {}
     done: set[str] = set()
     while todo := (agents - done) & set(life.fleet.reachable()):
-        saved.update(await life.fleet.remove_session(session_id, todo))
+        saved.update(await life.fleet.remove_session(session_id, todo, networks=False))
         done |= todo
+    if done == agents:
+        await life.fleet.remove_session(session_id, set())
     return saved
