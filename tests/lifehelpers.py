@@ -177,7 +177,10 @@ async def stored(
             transition(s, to, changes, now)
         for k, want in zip(s.kernels, per_kernel, strict=True):
             target = want or default_kernel_status(status)
-            for to in _path(K.PENDING, target, KERNEL_MOVES) if target != K.PENDING else []:
+            # (a kernel that restarts was running first: a kernel's failure, not a lost agent)
+            via = [K.RUNNING, K.RESTARTING] if target == K.RESTARTING else None
+            walk = via or (_path(K.PENDING, target, KERNEL_MOVES) if target != K.PENDING else [])
+            for to in walk:
                 if to == K.RUNNING:
                     k.container_id, k.ip = f"c-{k.id[:8]}", f"10.99.0.{k.rank + 2}"
                 transition(k, to, changes, now)

@@ -123,11 +123,26 @@ async def test_reconcile_fails_what_was_lost_and_finishes_what_was_begun(
     gone = await stored(life.store, owner, S.RUNNING, name="d", size=2)
     away = await stored(life.store, owner, S.RUNNING, name="e", agents="far")
     await stored(life.store, owner, S.PENDING, name="f")
+    lost_one = {"attempt": 0, "kernel": "main1", "reason": "agent a1 lost", "agent": "a1"}
+    moving = await stored(
+        life.store, owner, S.RESTARTING, name="g", restarts=1, max_restarts=2,
+        restart_history=[{**lost_one, "at": "2026-11-28T00:00:00+00:00"}],
+    )  # fmt: skip
+    failed_one = {**lost_one, "reason": "kernel exited", "agent": None, "exit_code": 1}
+    in_place = await stored(
+        life.store, owner, S.RESTARTING, name="h", restarts=1, max_restarts=2,
+        restart_history=[{**failed_one, "at": "2026-11-28T00:00:00+00:00"}],
+    )  # fmt: skip
     life.fleet.lost.add("far")  # its kernels may still run: its heartbeat time-out decides
     calls = Teardowns()
-    await reconcile.reconcile(life, calls)
+    replaced: list[str] = []
+    await reconcile.reconcile(life, calls, replaced.append)
+    # (a session on its way to be placed again after a lost agent goes on)
+    assert replaced == [moving.id]
     restarted = "manager restarted while the session was being created"
+    again = {"reason": "manager restarted while the session was restarting", "restarts": 1}
     assert calls.calls == {
+        in_place.id: (S.ERROR, again),
         creating.id: (S.ERROR, {"reason": restarted}),
         placed.id: (S.ERROR, {"reason": restarted}),
         ending.id: (S.TERMINATED, info),

@@ -61,8 +61,8 @@ SESSION_HAS_KERNELS = frozenset({S.PREPARING, S.RUNNING, S.RESTARTING, S.TERMINA
 # such as RUNNING: each kind has its own table.
 SESSION_MOVES: Mapping[SessionStatus, frozenset[SessionStatus]] = {
     S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED}),
-    S.SCHEDULED: frozenset({S.PREPARING, S.TERMINATING}),
-    S.PREPARING: frozenset({S.RUNNING, S.TERMINATING}),
+    S.SCHEDULED: frozenset({S.PREPARING, S.RESTARTING, S.TERMINATING}),
+    S.PREPARING: frozenset({S.RUNNING, S.RESTARTING, S.TERMINATING}),
     S.RUNNING: frozenset({S.RESTARTING, S.TERMINATING}),
     S.RESTARTING: frozenset({S.RUNNING, S.PENDING, S.TERMINATING}),
     S.TERMINATING: frozenset({S.TERMINATED, S.ERROR}),
@@ -71,7 +71,7 @@ SESSION_MOVES: Mapping[SessionStatus, frozenset[SessionStatus]] = {
     S.CANCELLED: frozenset(),
 }
 KERNEL_MOVES: Mapping[KernelStatus, frozenset[KernelStatus]] = {
-    K.PENDING: frozenset({K.RUNNING, K.TERMINATED}),
+    K.PENDING: frozenset({K.RUNNING, K.RESTARTING, K.TERMINATED}),
     K.RUNNING: frozenset({K.EXITED, K.RESTARTING, K.TERMINATED}),
     K.EXITED: frozenset({K.RESTARTING, K.TERMINATED}),
     K.RESTARTING: frozenset({K.RUNNING, K.PENDING, K.TERMINATED}),
@@ -95,8 +95,10 @@ WHY: Mapping[type[StrEnum], Mapping[tuple[str, str], str]] = {
         (S.PENDING, S.CANCELLED): "destroyed, or pending longer than max_pending_seconds",
         (S.SCHEDULED, S.PREPARING): "network and kernels are being created",
         (S.SCHEDULED, S.TERMINATING): "destroyed, agent lost, or manager restarted",
+        (S.SCHEDULED, S.RESTARTING): "an agent it was placed on was lost, restarts are left",
         (S.PREPARING, S.RUNNING): "every kernel reaches every other (readiness barrier)",
         (S.PREPARING, S.TERMINATING): "a step failed or timed out, a kernel exited, destroyed",
+        (S.PREPARING, S.RESTARTING): "an agent it was placed on was lost, restarts are left",
         (S.RUNNING, S.RESTARTING): "a kernel failed (or its agent was lost), restarts are left",
         (
             S.RUNNING,
@@ -111,6 +113,7 @@ WHY: Mapping[type[StrEnum], Mapping[tuple[str, str], str]] = {
     KernelStatus: {
         (K.PENDING, K.RUNNING): "its container was created and started",
         (K.PENDING, K.TERMINATED): "the session ended before the kernel was created",
+        (K.PENDING, K.RESTARTING): "its session restarts (an agent was lost) before it was made",
         (K.RUNNING, K.EXITED): "its container stopped on its own",
         (K.RUNNING, K.RESTARTING): "its session restarts: its container starts again",
         (K.RUNNING, K.TERMINATED): "its container was removed",

@@ -83,6 +83,8 @@ class RestartRecord(BaseModel):
     exit_code: int | None = None
     oom_killed: bool = False
     last_logs: list[str] = Field(default_factory=list)
+    #: the lost agent, when the restart is a re-placement after it was lost
+    agent: str | None = None
     #: when it failed, ISO 8601 UTC
     at: str
 

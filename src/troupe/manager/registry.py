@@ -27,6 +27,7 @@ from troupe.manager.life import (
     Life,
     admission,
     exits,
+    lost,
     placing,
     preparing,
     reconcile,
@@ -35,7 +36,6 @@ from troupe.manager.life import (
     retention,
     teardown,
 )
-from troupe.manager.life.lost import victims_of
 from troupe.manager.logs import LogStore
 from troupe.manager.session_events import SYSTEM
 from troupe.manager.store.models import Session, User
@@ -71,7 +71,7 @@ class Registry:
     async def start(self) -> None:
         """Starts the agents, reconciles the sessions, starts the loops."""
         await self.fleet.start()
-        await reconcile.reconcile(self.life, self.end)
+        await reconcile.reconcile(self.life, self.end, self._replace)
         self.placer.listen()
         self._spawn(self._scheduler_loop(), "scheduler")
         self._spawn(self._event_loop(), "fleet-events")
@@ -166,6 +166,8 @@ class Registry:
             self._inboxes.pop(session_id, None)
             self._preparers.pop(session_id, None)
         if failure is not None:
+            if await self._left_to_lost(session_id, failure):
+                return
             await exits.record_exit_codes(self.life, session_id, [e.exit for e in inbox.exits])
             await self.end(session_id, S.ERROR, failure)
             return
@@ -192,12 +194,61 @@ class Registry:
             self._inboxes.pop(session_id, None)
             self._preparers.pop(session_id, None)
         if failure is not None:
+            if await self._left_to_lost(session_id, failure):
+                return
             await exits.record_exit_codes(self.life, session_id, [e.exit for e in inbox.exits])
             failure["reason"] = f"restart failed: {failure.get('reason', '')}"
             await self.end(session_id, S.ERROR, failure)
             return
         for ev in inbox.exits:  # arrived between the readiness check and RUNNING
             await self._running_exit(ev)
+
+    async def _left_to_lost(self, session_id: str, failure: dict[str, Any]) -> bool:
+        """Whether a failed start (or restart) was left to a lost agent's re-placement: an
+        agent of the session stopped answering, and its heartbeat time-out came (the session
+        moved on: placed again); False once the time-out passed with the session where it
+        was (it fails with ``failure``), or at once for a kernel's exit or another failure."""
+        if "exit_code" in failure:
+            return False
+        before = await lost.awaits_verdict(self.life, session_id)
+        if before is None:
+            return False
+        status, restarts = before
+        s = await self.wait_for(
+            session_id,
+            lambda now: now != status,
+            lost.verdict_seconds(self.life),
+        )
+        return (s.status, s.restarts) != (status, restarts)
+
+    async def _lost(self, session_id: str, event: AgentLost, host: str) -> None:
+        """One session of a lost agent: placed again under its restart rule, in whatever
+        phase (its preparer or restart in place stopped first: it must not go on with the
+        kernels being removed), or failed with ``agent lost``."""
+        verdict = await replacing.judge(self.life, session_id)
+        if verdict == replacing.Verdict.REPLACE:
+            await self._stop_preparer(session_id)
+            verdict = await replacing.begin(
+                self.life, session_id, event.agent_id, host, event.message
+            )
+        if verdict == replacing.Verdict.REPLACE:
+            self._replace(session_id)
+        elif verdict == replacing.Verdict.FAIL:
+            info = {
+                "reason": "agent lost",
+                "agent": event.agent_id,
+                "kernel": host,
+                "message": event.message,
+            }
+            restarts = (await self.get(session_id)).restarts
+            await self.end(
+                session_id, S.ERROR, {**info, "restarts": restarts} if restarts else info
+            )
+
+    def _replace(self, session_id: str) -> None:
+        self._preparers[session_id] = self._spawn(
+            self._place_again(session_id), f"replace-{session_id}"
+        )
 
     async def _place_again(self, session_id: str) -> None:
         """A session that lost an agent, on its way back to PENDING
@@ -274,17 +325,8 @@ class Registry:
             else:
                 self._spawn(self._running_exit(event), "kernel-exit")
         elif isinstance(event, AgentLost):
-            for sid, host in (await victims_of(self.life, event.agent_id)).items():
-                if await replacing.begin(self.life, sid, event.agent_id, host, event.message):
-                    self._preparers[sid] = self._spawn(self._place_again(sid), f"replace-{sid}")
-                    continue
-                info = {
-                    "reason": "agent lost",
-                    "agent": event.agent_id,
-                    "kernel": host,
-                    "message": event.message,
-                }
-                self._spawn(self.end(sid, S.ERROR, info), f"agent-lost-{sid}")
+            for sid, host in (await lost.victims_of(self.life, event.agent_id)).items():
+                self._spawn(self._lost(sid, event, host), f"agent-lost-{sid}")
         elif isinstance(event, AgentBack):
             self.placer.touch_agent(event.agent_id)
             self._spawn(self._sweep_then_place(), "sweep")

@@ -1,8 +1,9 @@
 """After a manager restart: finish what was interrupted, fail what was lost.
 
-Sessions caught while being created or restarted fail (their leftovers are removed by
-teardown);
-TERMINATING ones finish as begun; RUNNING ones whose kernels are gone fail. Agents that cannot
+Sessions caught while being created or restarted in place fail (their leftovers are
+removed by teardown); those caught on their way to be placed again after a lost agent
+(RESTARTING, the last restart naming the agent) go on (:mod:`.replacing`); TERMINATING ones
+finish as begun; RUNNING ones whose kernels are gone fail. Agents that cannot
 be asked now are left to their heartbeat time-out. The GPUs of running kernels are read back
 from their containers (what the engine was asked for is what they hold).
 """
@@ -17,13 +18,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.lifecycle import SESSION_ALLOCATED, SessionStatus
 from troupe.manager.life.context import Life
+from troupe.manager.life.replacing import lost_agent
 from troupe.manager.store.models import Kernel, Session
 
 S = SessionStatus
 Teardown = Callable[[str, SessionStatus, dict[str, Any]], Awaitable[None]]
 
 
-async def reconcile(life: Life, teardown: Teardown) -> None:
+async def reconcile(life: Life, teardown: Teardown, replace: Callable[[str], None]) -> None:
+    """``replace`` goes on placing a session again (see :func:`.replacing.place_again`)."""
     async with life.store() as db:
         rows = await db.execute(select(Session).where(Session.status.in_(SESSION_ALLOCATED)))
         sessions = list(rows.scalars())
@@ -43,6 +46,8 @@ async def reconcile(life: Life, teardown: Teardown) -> None:
             await teardown(
                 s.id, S.ERROR, {"reason": "manager restarted while the session was being created"}
             )
+        elif s.status == S.RESTARTING and lost_agent(s) is not None:
+            replace(s.id)
         elif s.status == S.RESTARTING:
             info = {"reason": "manager restarted while the session was restarting"}
             await teardown(s.id, S.ERROR, {**info, "restarts": s.restarts})

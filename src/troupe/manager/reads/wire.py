@@ -215,6 +215,7 @@ _RECORD_KEYS: tuple[tuple[str, Any], ...] = (
     ("exit_code", None),
     ("oom_killed", False),
     ("last_logs", []),
+    ("agent", None),
     ("at", ""),
 )
 
