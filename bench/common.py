@@ -233,6 +233,16 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
         proc.wait()
 
 
+async def created(api: httpx.AsyncClient, server: TroupeServer, b: dict[str, Any]) -> str:
+    """POST /v1/sessions of ``b``: the new session's id, remembered for :func:`destroy_all`."""
+    r = await api.post("/sessions", json=b)
+    if r.status_code != 201:
+        raise RuntimeError(f"POST /sessions: {r.status_code} {r.text[:500]}")
+    sid: str = r.json()["id"]
+    server.sessions.add(sid)
+    return sid
+
+
 async def session_until(
     api: httpx.AsyncClient, sid: str, until: str, limit: float = 600
 ) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from common import (
     PREFIX,
     ROOT,
     TroupeServer,
+    created,
     destroy_all,
     session_until,
     start_server,
@@ -89,15 +90,6 @@ def body(name: str, n: int, o: argparse.Namespace, restarts: int = 0) -> dict[st
         "resources": {"cpu": o.cpu, "mem": o.mem},
         "max_restarts": restarts,
     }
-
-
-async def created(api: httpx.AsyncClient, server: TroupeServer, b: dict[str, Any]) -> str:
-    r = await api.post("/sessions", json=b)
-    if r.status_code != 201:
-        raise RuntimeError(f"POST /sessions: {r.status_code} {r.text[:500]}")
-    sid: str = r.json()["id"]
-    server.sessions.add(sid)
-    return sid
 
 
 async def running(api: httpx.AsyncClient, sid: str, o: argparse.Namespace) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from common import (
     PREFIX,
     ROOT,
     TroupeServer,
+    created,
     destroy_all,
     docker,
     session_until,
@@ -61,15 +62,6 @@ def body(name: str, n: int, o: argparse.Namespace, restarts: int = 0) -> dict[st
         "resources": {"cpu": o.cpu, "mem": o.mem},
         "max_restarts": restarts,
     }
-
-
-async def created(api: httpx.AsyncClient, server: TroupeServer, b: dict[str, Any]) -> str:
-    r = await api.post("/sessions", json=b)
-    if r.status_code != 201:
-        raise RuntimeError(f"POST /sessions: {r.status_code} {r.text[:500]}")
-    sid: str = r.json()["id"]
-    server.sessions.add(sid)
-    return sid
 
 
 async def fresh(server: TroupeServer, n: int, o: argparse.Namespace, i: int) -> float:

@@ -61,6 +61,18 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
         b.close()
 
 
+@pytest.fixture(scope="module")
+def web(browser: Browser, server: Server) -> Iterator[Web]:
+    """A signed-in browser context on the module's server (a module that needs another server
+    or a signed-out context defines its own ``web``)."""
+    w = Web(browser, server)
+    try:
+        w.sign_in(server.key)
+        yield w
+    finally:
+        w.close()
+
+
 class Web:
     """A browser context on the test server that records requests to other origins."""
 

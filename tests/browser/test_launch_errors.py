@@ -5,8 +5,6 @@ and marks that cell. The dialog with an error passes axe-core; its buttons fit a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from playwright.sync_api import Browser, Locator, expect
 
@@ -15,16 +13,6 @@ from tests.conftest import Server
 from troupe.api.models import NAME_RULE
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def web(browser: Browser, server: Server) -> Iterator[Web]:
-    w = Web(browser, server)
-    try:
-        w.sign_in(server.key)
-        yield w
-    finally:
-        w.close()
 
 
 def launch_error(dialog: Locator, field: str, text: str) -> Locator:

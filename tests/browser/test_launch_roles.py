@@ -6,29 +6,18 @@ named, and a session launched with roles; axe-core on the dialog with rows."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
-from playwright.sync_api import Browser, Locator, expect
+from playwright.sync_api import Locator, expect
 
 from tests.browser.conftest import Web
-from tests.conftest import BASE_IMAGE, Server
+from tests.conftest import BASE_IMAGE
 
 pytestmark = pytest.mark.docker
 START = 120_000
-
-
-@pytest.fixture(scope="module")
-def web(browser: Browser, server: Server) -> Iterator[Web]:
-    w = Web(browser, server)
-    try:
-        w.sign_in(server.key)
-        yield w
-    finally:
-        w.close()
 
 
 def role_row(dialog: Locator, i: int) -> Locator:

@@ -10,10 +10,9 @@ is docs/webui.png."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, Page, Response, expect
+from playwright.sync_api import Page, Response, expect
 
 from tests.browser.conftest import Web
 from tests.conftest import BASE_IMAGE, Server
@@ -22,16 +21,6 @@ from troupe.api.roles import RoleSpec
 
 pytestmark = pytest.mark.docker
 CLOCK = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")
-
-
-@pytest.fixture(scope="module")
-def web(browser: Browser, server: Server) -> Iterator[Web]:
-    w = Web(browser, server)
-    try:
-        w.sign_in(server.key)
-        yield w
-    finally:
-        w.close()
 
 
 def no_live_controls(page: Page) -> None:

@@ -4,6 +4,7 @@ added, removed or changed, sessions that arrive or go."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -62,6 +63,7 @@ class World:
         self.agents = {a.id: a for a in agents}
         self.pending = {r.session_id: r for r in reqs}
         self.running: dict[str, tuple[Request, list[str]]] = {}
+        self.next_id = 100
 
     def expected(self) -> dict[str, list[str]]:
         placed = plain_schedule(list(self.pending.values()), list(self.agents.values()))
@@ -70,6 +72,29 @@ class World:
             hold(self.agents, r, where)
             self.running[sid] = (r, where)
         return placed
+
+    def step(
+        self, backlog: Backlog, what: str, pick: int, draw_new: Callable[[int], list[Request]]
+    ) -> bool:
+        """The steps every sequence test takes (a session ends, new ones come, one is
+        cancelled), told to the reference and to ``backlog`` alike; False for another step."""
+        if what == "end":
+            for a in self.end(pick):
+                backlog.set_agent(a)
+        elif what == "new":
+            new = draw_new(self.next_id)
+            self.next_id += len(new)
+            for r in new:
+                self.pending[r.session_id] = r
+                backlog.add(r)
+        elif what == "cancel":
+            if self.pending:
+                sid = sorted(self.pending)[pick % len(self.pending)]
+                del self.pending[sid]
+                backlog.remove(sid)
+        else:
+            return False
+        return True
 
     def end(self, pick: int) -> list[AgentState]:
         """A running session ends: its kernels' resources come back."""
@@ -106,21 +131,10 @@ def test_each_pass_after_changes_places_as_the_plain_rule(
     backlog = Backlog(agents)
     backlog.add_all(reqs)
     assert backlog.run().placements == world.expected()
-    next_id, next_agent = 100, len(agents)
+    next_agent = len(agents)
     for what, pick in steps:
-        if what == "end":
-            for a in world.end(pick):
-                backlog.set_agent(a)
-        elif what == "new":
-            new = data.draw(requests_st(next_id))
-            next_id += len(new)
-            for r in new:
-                world.pending[r.session_id] = r
-                backlog.add(r)
-        elif what == "cancel" and world.pending:
-            sid = sorted(world.pending)[pick % len(world.pending)]
-            del world.pending[sid]
-            backlog.remove(sid)
+        if world.step(backlog, what, pick, lambda first: data.draw(requests_st(first))):
+            pass
         elif what == "add_agent":
             a = replace(data.draw(agents_st), id=f"a{next_agent}")
             next_agent += 1

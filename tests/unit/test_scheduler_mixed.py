@@ -93,21 +93,9 @@ def test_mixed_sequences_place_and_report_as_the_plain_rule(
     backlog.add_all(reqs)
     assert backlog.run().placements == world.expected()
     reports_match(backlog, world)
-    next_id = 100
     for what, pick in steps:
-        if what == "end":
-            for a in world.end(pick):
-                backlog.set_agent(a)
-        elif what == "new":
-            new = data.draw(sessions_st(next_id))
-            next_id += len(new)
-            for r in new:
-                world.pending[r.session_id] = r
-                backlog.add(r)
-        elif what == "cancel" and world.pending:
-            sid = sorted(world.pending)[pick % len(world.pending)]
-            del world.pending[sid]
-            backlog.remove(sid)
+        if world.step(backlog, what, pick, lambda first: data.draw(sessions_st(first))):
+            pass
         elif what in ("grow", "shrink"):
             a = world.agents[sorted(world.agents)[pick % len(world.agents)]]
             more = 0.5 if what == "grow" else -0.5
