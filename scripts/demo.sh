@@ -34,6 +34,11 @@ status=0
 t2=$EPOCHREALTIME
 "$T" session destroy demo >/dev/null
 awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "==> session RUNNING after %.1f s; all-reduce done %.1f s later; session destroyed\n", b - a, c - b }'
-[ -f "${XDG_DATA_HOME:-$HOME/.local/share}/troupe/server.pid" ] && \
-  echo "    troupe server still runs (pid $(cat "${XDG_DATA_HOME:-$HOME/.local/share}/troupe/server.pid")); try: .venv/bin/troupe session list"
+# (the pid only where this script started the server: one that answered already, started by
+# someone else, may not be the one a pid file of an earlier run names)
+if [ -n "${DATA:-}" ]; then
+  echo "    troupe server still runs (pid $(cat "$DATA/server.pid")); try: .venv/bin/troupe session list"
+else
+  echo "    troupe server still runs at $URL; try: .venv/bin/troupe session list"
+fi
 exit $status
