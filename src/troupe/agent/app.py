@@ -11,7 +11,6 @@ accepted (an HTTP answer with the shared body).
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
@@ -105,7 +104,7 @@ def create_agent_app(backend: DockerAgent, token: str) -> FastAPI:
                 async for p in backend.pull_image(req):
                     yield p.model_dump_json().encode() + b"\n"
             except TroupeError as e:
-                yield json.dumps(e.to_wire()).encode() + b"\n"
+                yield wire_exec.encode(e)
 
         return StreamingResponse(body(), media_type=wire_exec.MEDIA_TYPE)
 

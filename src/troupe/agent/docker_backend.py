@@ -348,6 +348,7 @@ class DockerAgent(ImageOps):
         """Removes one kernel's container; its log's last ``saved_log_bytes``."""
         self.removing.add(cid)  # (its die event may come after the removal)
         self._events.pop(cid, None)
+        self._since.pop(cid, None)
         self.kernels.forget(cid)
         asyncio.get_running_loop().call_later(REMOVING_SECONDS, self.removing.discard, cid)
         # (kernels never have a TTY: container_config sets none)

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aiodocker.exceptions import DockerError
+from aiodocker.networks import DockerNetwork
 
 from troupe.agent import exec as execs
 from troupe.agent import logs as klogs
@@ -176,7 +177,7 @@ async def _keep_address(agent: DockerAgent, spec: KernelSpec, info: dict[str, An
     pinned = ((nets.get(spec.network) or {}).get("IPAMConfig") or {}).get("IPv4Address")
     if not spec.ip or pinned == spec.ip:
         return
-    network = await agent.docker.networks.get(spec.network)
+    network = DockerNetwork(agent.docker, spec.network)  # type: ignore[no-untyped-call]
     with contextlib.suppress(DockerError):  # (not connected: connected below)
         await network.disconnect({"Container": info["Id"], "Force": True})
     await network.connect({"Container": info["Id"], "EndpointConfig": endpoint(spec)})

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Callable
 
 from troupe.api.agent import AgentBackend
@@ -33,22 +32,16 @@ class Pulls:
         self.timeout = timeout
         self._tasks: dict[Key, asyncio.Task[PullProgress]] = {}
         self._progress: dict[Key, PullProgress] = {}
-        #: pulls started, per (agent, image): what "one pull per agent" is checked with
-        self.started: Counter[Key] = Counter()
 
     def progress(self, agent_id: str, image: str) -> PullProgress | None:
         """Where the pull of ``image`` on ``agent_id`` stands (None: none is running)."""
         return self._progress.get((agent_id, image))
-
-    def running(self) -> list[PullProgress]:
-        return list(self._progress.values())
 
     async def pull(self, agent_id: str, image: str) -> PullProgress:
         """Pulls ``image`` on ``agent_id``, joining the pull under way if there is one."""
         key = (agent_id, image)
         task = self._tasks.get(key)
         if task is None:
-            self.started[key] += 1
             self._progress[key] = PullProgress(agent=agent_id, image=image)
             task = self._tasks[key] = asyncio.create_task(self._run(key))
             task.add_done_callback(lambda t: self._ended(key, t))

@@ -43,6 +43,9 @@ from troupe.manager.store.unit import Store
 
 log = logging.getLogger(__name__)
 S = SessionStatus
+#: A session's start or restart in place, run with its inbox of kernel exits: None once
+#: RUNNING, else why it failed.
+BringUp = Callable[[Life, str, preparing.Inbox], Coroutine[Any, Any, dict[str, Any] | None]]
 
 
 class Registry:
@@ -158,9 +161,15 @@ class Registry:
                 await task
 
     async def _prepare(self, session_id: str) -> None:
+        await self._bring_up(session_id, preparing.prepare)
+
+    async def _bring_up(self, session_id: str, step: BringUp, failed: str = "") -> None:
+        """A start (:func:`preparing.prepare`) or a restart in place (:func:`restarting.restart`,
+        ``failed`` the reason's prefix): the session's kernels' exits go to its inbox
+        meanwhile; a failure ends it (unless left to a lost agent's re-placement)."""
         inbox = self._inboxes[session_id] = preparing.Inbox()
         try:
-            failure = await preparing.prepare(self.life, session_id, inbox)
+            failure = await step(self.life, session_id, inbox)
         finally:
             # From here on, exits of this session are handled as those of a RUNNING one.
             self._inboxes.pop(session_id, None)
@@ -169,6 +178,8 @@ class Registry:
             if await self._left_to_lost(session_id, failure):
                 return
             await exits.record_exit_codes(self.life, session_id, [e.exit for e in inbox.exits])
+            if failed:
+                failure["reason"] = f"{failed}{failure.get('reason', '')}"
             await self.end(session_id, S.ERROR, failure)
             return
         for ev in inbox.exits:  # arrived between the readiness check and RUNNING
@@ -185,23 +196,8 @@ class Registry:
         await self.end(sid, outcome.ending, outcome.info, outcome.exit_code)
 
     async def _restart(self, session_id: str) -> None:
-        """A whole-session restart in place (:mod:`troupe.manager.life.restarting`); its
-        kernels' exits go to its inbox meanwhile, as a preparer's do."""
-        inbox = self._inboxes[session_id] = preparing.Inbox()
-        try:
-            failure = await restarting.restart(self.life, session_id, inbox)
-        finally:
-            self._inboxes.pop(session_id, None)
-            self._preparers.pop(session_id, None)
-        if failure is not None:
-            if await self._left_to_lost(session_id, failure):
-                return
-            await exits.record_exit_codes(self.life, session_id, [e.exit for e in inbox.exits])
-            failure["reason"] = f"restart failed: {failure.get('reason', '')}"
-            await self.end(session_id, S.ERROR, failure)
-            return
-        for ev in inbox.exits:  # arrived between the readiness check and RUNNING
-            await self._running_exit(ev)
+        """A whole-session restart in place (:mod:`troupe.manager.life.restarting`)."""
+        await self._bring_up(session_id, restarting.restart, failed="restart failed: ")
 
     async def _left_to_lost(self, session_id: str, failure: dict[str, Any]) -> bool:
         """Whether a failed start (or restart) was left to a lost agent's re-placement: an

@@ -18,7 +18,7 @@ took from changes, also by a placement in the same pass.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from heapq import heapify, heappop, heappush, heapreplace
 from itertools import pairwise
 from operator import attrgetter
@@ -27,7 +27,11 @@ from troupe.manager.scheduler import EPS, AgentState, Decision, Request, waiting
 from troupe.manager.scheduler_pool import Pool
 from troupe.manager.scheduler_queues import Queue, QueueKey, Rank, may_fit_now, room
 
-_queue_key = attrgetter("group", "mode", "size", "cpu", "mem", "gpu", "parts")
+#: The queue a request waits in: its group and what sets its fit apart (equal keys, equal
+#: fit and equal why-pending reports). An attrgetter: it runs once per request of a pass.
+queue_key: Callable[[Request], QueueKey] = attrgetter(
+    "group", "mode", "size", "cpu", "mem", "gpu", "parts"
+)
 Heap = list[tuple[Rank, int, Queue]]
 
 
@@ -73,7 +77,7 @@ class Backlog:
         return q
 
     def add(self, req: Request) -> None:
-        key: QueueKey = _queue_key(req)
+        key: QueueKey = queue_key(req)
         q = self._queue(key)
         rank = rank_of(req)
         if not q.items or rank_of(q.items[-1]) < rank:
@@ -97,7 +101,7 @@ class Backlog:
         ordered.sort(key=_priority, reverse=True)
         queues, queue_of = self.queues, self.queue_of
         for req in ordered:
-            key = _queue_key(req)
+            key = queue_key(req)
             q = queues.get(key)
             if q is None:
                 q = self._queue(key)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from troupe.client.cli import top
-from troupe.client.cli.output import App, client, console, print_json
+from troupe.client.cli.output import App, JsonOpt, client, console, print_json
 from troupe.client.cli.table import human_size, print_table
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ app = App(no_args_is_help=True, help="Agents (hosts that run kernels).")
 
 @app.command("list")
 def list_(
-    json_: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+    json_: JsonOpt = False,
 ) -> None:
     """List agents with their free and total resources (and why an agent offers no GPUs)."""
     with client() as c:

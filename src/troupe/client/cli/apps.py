@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from troupe.client.cli.output import client, err_console, print_json
+from troupe.client.cli.output import JsonOpt, client, err_console, print_json
 from troupe.client.cli.session_exec import NameArg
 from troupe.client.cli.table import print_table
 
@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
 app = typer.Typer()
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 #: Where an app's log is in main1 (the manager's troupe.manager.apps.state.APPS_DIR).
 LOG_DIR = "/home/work/.troupe/apps"
 

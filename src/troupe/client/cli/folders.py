@@ -6,13 +6,12 @@ from typing import Annotated
 
 import typer
 
-from troupe.client.cli.output import App, client, console, print_json
+from troupe.client.cli.output import App, JsonOpt, client, console, print_json
 from troupe.client.cli.table import fmt_time, print_table
 
 app = App(no_args_is_help=True, help="Persistent data folders.")
 
 FolderArg = Annotated[str, typer.Argument(help="folder name", show_default=False)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 
 
 @app.command()

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from troupe.client.cli.output import App, client, console, print_json
+from troupe.client.cli.output import App, JsonOpt, client, console, print_json
 from troupe.client.cli.table import fmt_timestamp, human_size, print_table, short_id
 
 app = App(no_args_is_help=True, help="Kernel images.")
@@ -14,7 +14,7 @@ app = App(no_args_is_help=True, help="Kernel images.")
 
 @app.command("list")
 def list_(
-    json_: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+    json_: JsonOpt = False,
 ) -> None:
     """List the images the agents have, and which agents have each."""
     with client() as c:

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from troupe.client.cli.output import App, client, console, fail, print_json
+from troupe.client.cli.output import App, JsonOpt, client, console, fail, print_json
 from troupe.client.cli.session_exec import NameArg
+from troupe.client.cli.table import fmt_time
 
 if TYPE_CHECKING:
     from troupe.api.models import SessionInfo
@@ -61,11 +62,8 @@ def info_fields(s: SessionInfo, now: datetime | None = None) -> list[tuple[str, 
     from troupe.api.models import SessionStatus
     from troupe.api.session_times import describe
 
-    def when(t: datetime) -> str:
-        return t.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
     running = s.status == SessionStatus.RUNNING
-    return list(describe(s, running, now or datetime.now(UTC), when))
+    return list(describe(s, running, now or datetime.now(UTC), fmt_time))
 
 
 @app.command("set")
@@ -74,7 +72,7 @@ def set_(
     time_limit: TimeLimitOpt = None,
     stop_grace: StopGraceOpt = None,
     idle_timeout: IdleTimeoutOpt = None,
-    json_: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+    json_: JsonOpt = False,
 ) -> None:
     """Change a session's time limit, stop grace or idle timeout ('none': no limit)."""
     from rich.text import Text

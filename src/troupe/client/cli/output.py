@@ -13,12 +13,15 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar, cast
 
 import typer
 
 from troupe.api.errors import TroupeError
 from troupe.client.cli.table import cell_text
+
+#: The ``--json`` flag of every list and show command.
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 
 if TYPE_CHECKING:
     from rich.console import Console

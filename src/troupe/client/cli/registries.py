@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from troupe.client.cli.output import App, client, console, fail, print_json
+from troupe.client.cli.output import App, JsonOpt, client, console, fail, print_json
 from troupe.client.cli.table import print_table
 
 app = App(no_args_is_help=True, help="Image registries the agents pull from (admins).")
@@ -65,7 +65,7 @@ def add(
 
 @app.command("list")
 def list_(
-    json_: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+    json_: JsonOpt = False,
 ) -> None:
     """List the registries (never their passwords)."""
     with client() as c:

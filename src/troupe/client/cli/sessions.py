@@ -20,6 +20,7 @@ from troupe.client.cli.choices import (
 )
 from troupe.client.cli.output import (
     App,
+    JsonOpt,
     client,
     console,
     fail,
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 app = App(no_args_is_help=True, help="Create and use cluster sessions.")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 NameArg = session_exec.NameArg
 
 

@@ -11,6 +11,7 @@ import typer
 from troupe.client.cli import events
 from troupe.client.cli.output import (
     App,
+    JsonOpt,
     client,
     console,
     err_console,
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 app = App(no_args_is_help=True, help="Users, API keys and limits.")
 
 NameArg = Annotated[str, typer.Argument(help="user name", show_default=False)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="print only the API key")]
 
 #: The limits, in the order shown; ``troupe user limits --reset`` takes these names.

@@ -189,9 +189,9 @@ async def admit(life: Life, owner: User, req: SessionCreate) -> Session:
         registry = check_image(life, field, image)
         if (
             not waits_for_lost
-            and not await life.fleet.any_has_image(group, image)
             and registry not in life.config.allowed_registries
             and registry not in life.fleet.pulls.book.hosts()
+            and not await life.fleet.any_has_image(group, image)
         ):
             raise Invalid.field_rule(
                 field,

@@ -14,36 +14,29 @@ from __future__ import annotations
 from collections.abc import Container, Iterable
 
 from troupe.manager.life.pending_feed import Waiting
-from troupe.manager.scheduler import Part, Request
-from troupe.manager.scheduler_backlog import Backlog
-
-ShapeKey = tuple[str, str, int, float, int, int, tuple[Part, ...]]
-
-
-def shape_key(r: Request) -> ShapeKey:
-    """The group and what sets a request's fit apart: equal keys, equal reports."""
-    return (r.group, r.mode, r.size, r.cpu, r.mem, r.gpu, r.parts)
+from troupe.manager.scheduler_backlog import Backlog, queue_key
+from troupe.manager.scheduler_queues import QueueKey
 
 
 class Reports:
     def __init__(self) -> None:
-        self.members: dict[ShapeKey, set[str]] = {}
-        self.of_group: dict[str, set[ShapeKey]] = {}
+        self.members: dict[QueueKey, set[str]] = {}
+        self.of_group: dict[str, set[QueueKey]] = {}
         #: the lines stored for every session of the shape but those ``behind``
-        self.said: dict[ShapeKey, list[str]] = {}
+        self.said: dict[QueueKey, list[str]] = {}
         #: shape -> session -> the lines stored for it (None: none) where they may not be
         #: ``said``'s
-        self.behind: dict[ShapeKey, dict[str, list[str] | None]] = {}
+        self.behind: dict[QueueKey, dict[str, list[str] | None]] = {}
 
     def add(self, sid: str, w: Waiting) -> None:
-        key = shape_key(w.request)
+        key = queue_key(w.request)
         self.members.setdefault(key, set()).add(sid)
         self.of_group.setdefault(key[0], set()).add(key)
         if w.shown is None or w.shown != self.said.get(key):
             self.behind.setdefault(key, {})[sid] = w.shown
 
     def remove(self, sid: str, w: Waiting) -> None:
-        key = shape_key(w.request)
+        key = queue_key(w.request)
         members = self.members.get(key)
         if members is not None:
             members.discard(sid)
@@ -78,7 +71,7 @@ class Reports:
             self.said[key] = lines
         return out
 
-    def _drop(self, key: ShapeKey) -> None:
+    def _drop(self, key: QueueKey) -> None:
         """A shape no waiting session has any more."""
         if not self.members.get(key):
             self.members.pop(key, None)

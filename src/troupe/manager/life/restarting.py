@@ -80,8 +80,9 @@ async def _begin(life: Life, session_id: str) -> tuple[Plan, int]:
         if s.status != S.RESTARTING or not s.network:
             raise Abandoned
         kernels = {k.id: (k.hostname, k.agent_id or "") for k in s.kernels}
+        reachable = life.fleet.reachable()
         for host, agent_id in kernels.values():
-            if life.fleet.get(agent_id) is None or agent_id in life.fleet.lost:
+            if agent_id not in reachable:
                 raise AgentFailed(
                     f"agent {agent_id!r} is not connected: a restart in place needs it",
                     kernel=host,

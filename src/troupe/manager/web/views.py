@@ -282,8 +282,6 @@ def percent(used: float, total: float) -> float:
 
 def clock_lines(s: SessionInfo) -> list[tuple[str, str]]:
     """The session's time limit and idle reclaim, as the facts show them (UTC)."""
-    from datetime import UTC, datetime
-
     from troupe.api.session_times import describe
 
     def when(t: datetime) -> str:
