@@ -219,6 +219,9 @@ def test_failing_batch_session_names_kernel_and_exit_code(web: Web, ids: dict[st
     expect(failure).to_contain_text("kernel main1 exited with code 3", timeout=START)
     expect(failure.locator("pre")).to_contain_text("web-batch-boom")
     expect(failure.get_by_role("link", name="Full log of main1")).to_be_visible()
+    # the usage card follows the end at once (no "first figures come ..." of a live session)
+    usage = page.get_by_role("region", name="Utilisation")
+    expect(usage).not_to_contain_text("first figures", timeout=3000)
     web.shot("08-failed-batch", full_page=True)
     web.audit("failed-batch")
 

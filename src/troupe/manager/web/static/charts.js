@@ -80,21 +80,27 @@
   // another agent of the session may deliver a round that started a little earlier (its
   // kernels' samples the charts already have are skipped).
   const OVERLAP = 10;
+  // Returns a function that asks at once (one that is under way answers soon enough).
   function poll(url, take) {
-    let since = null, timer = null;
+    let since = null, timer = null, busy = false, over = false;
     async function tick() {
+      clearTimeout(timer);
+      if (busy || over) return;
+      busy = true;
       if (!document.hidden) {
         try {
           const q = since === null ? "" : `?since=${since - OVERLAP}`;
           const next = take(await troupe.api("GET", url + q));
-          if (next === false) return;
-          if (typeof next === "number") since = Math.max(since ?? 0, next);
+          if (next === false) over = true;
+          else if (typeof next === "number") since = Math.max(since ?? 0, next);
         } catch (e) { /* the next tick tries again */ }
       }
-      timer = setTimeout(tick, POLL);
+      busy = false;
+      if (!over) timer = setTimeout(tick, POLL);
     }
     tick();
     window.addEventListener("pagehide", () => clearTimeout(timer));
+    return tick;
   }
 
   function kernelCharts(box, hostname, first) {
@@ -168,7 +174,7 @@
     const note = usage.querySelector('[data-slot="note"]');
     const kernels = new Map();
     let after = 0;  // answers asked for after the session ended
-    poll(usage.dataset.metrics, (m) => {
+    const now = poll(usage.dataset.metrics, (m) => {
       let newest = null;
       for (const k of m.kernels) {
         if (!k.samples.length) continue;
@@ -195,6 +201,11 @@
         return false;
       }
       return newest;
+    });
+    // the session ended while the page is open: what it used (or that nothing was sampled)
+    // now, not at the next poll
+    document.addEventListener("troupe:session-changed", (e) => {
+      if (troupe.FINAL.includes(e.detail.status)) now();
     });
   }
 
