@@ -391,6 +391,11 @@ class Fleet:
             self.events.put_nowait(AgentBack(name))
         return True
 
+    @property
+    def check_every(self) -> float:
+        """Seconds between two :meth:`check` passes: a third of the time-out, at most 1 s."""
+        return min(1.0, self.config.agent_timeout / 3)
+
     async def check(self) -> None:
         """Marks silent remote agents LOST (in-process ones live as long as the manager)."""
         cutoff = self.config.agent_timeout
