@@ -263,3 +263,10 @@ async def test_images_answer_while_an_agent_is_down(manager: Harness) -> None:
         assert {i["name"] for i in r.json()} == {IMAGE}
         r = await manager.client.get("/agents")
         assert r.status_code == 200
+
+
+async def test_the_managers_own_agent_has_no_heartbeat_age(manager: Harness) -> None:
+    """It sends none (in the manager's process): an age would only count from its start."""
+    await manager.register("h2")
+    ages = {a["name"]: a["heartbeat_age"] for a in (await manager.client.get("/agents")).json()}
+    assert ages["local"] is None and ages["h2"] is not None, ages

@@ -82,6 +82,10 @@ class Fleet:
     def get(self, agent_id: str) -> AgentBackend | None:
         return self.agents.get(agent_id)
 
+    def is_local(self, agent_id: str) -> bool:
+        """Whether ``agent_id`` is an in-process agent (it lives as long as the manager)."""
+        return agent_id in self._local
+
     def is_remote(self, agent_id: str) -> bool:
         """Whether ``agent_id`` is a known agent of another host (not an in-process one)."""
         return agent_id in self.agents and agent_id not in self._local
