@@ -273,7 +273,7 @@ class Registry:
                 async with asyncio.timeout(next_pass):  # not wait_for: it can swallow a cancel
                     await self._wake.wait()
             self._wake.clear()
-            next_pass = min(5.0, self.config.agent_timeout / 3)
+            next_pass = self.fleet.check_within
             try:
                 with SCHEDULER_PASS.time():
                     result = await self.placer.place()
