@@ -37,8 +37,10 @@ NO_WRAPPER=" bash "
 declare -A EXTRA=([sshd]="-r" [scp]="-S $MOUNT/bin/ssh" [sftp]="-S $MOUNT/bin/ssh")
 
 [ -x "$BUSYBOX" ] || die "no static busybox at $BUSYBOX (Debian package busybox-static)"
-file -L "$BUSYBOX" 2>/dev/null | grep -q 'statically linked' || die "$BUSYBOX is not static"
-bb_version=$("$BUSYBOX" | head -1)
+# (Readers that read to the end, not `head -1` or `grep -q`: under pipefail, a writer cut off
+# by SIGPIPE fails the pipeline now and then, and set -e ended set-up with status 141.)
+file -L "$BUSYBOX" 2>/dev/null | grep 'statically linked' >/dev/null || die "$BUSYBOX is not static"
+bb_version=$("$BUSYBOX" | sed -n 1p)
 key=$( { cat "${BASH_SOURCE[0]}"; echo "$ROOTFS_KEY"; echo "$bb_version"; } | sha256sum | cut -c1-16)
 dest="$CACHE_DIR/runtime/$key"
 if [ -s "$dest/manifest" ]; then
@@ -87,7 +89,7 @@ for applet in $("$BUSYBOX" --list); do
 done
 
 # A smoke test, outside any container: the programs load.
-"$out/lib/ld-linux-x86-64.so.2" --library-path "$out/lib" "$out/libexec/ssh" -V 2>&1 | grep -q OpenSSH \
+"$out/lib/ld-linux-x86-64.so.2" --library-path "$out/lib" "$out/libexec/ssh" -V 2>&1 | grep OpenSSH >/dev/null \
   || die "the runtime's ssh does not run"
 "$out/lib/ld-linux-x86-64.so.2" --library-path "$out/lib" "$out/libexec/setpriv" --version >/dev/null \
   || die "the runtime's setpriv does not run"

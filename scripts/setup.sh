@@ -22,7 +22,7 @@ step() { printf '\033[1;34m==>\033[0m %s\n' "$*"; }
 # --- 1. packages --------------------------------------------------------------
 need_pkgs=()
 for p in docker.io docker-compose debootstrap busybox-static iptables iproute2 util-linux python3-venv postgresql chromium prometheus rsync docker-registry apache2-utils; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$p")
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep 'install ok installed' >/dev/null || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   step "installing Debian packages: ${need_pkgs[*]}"

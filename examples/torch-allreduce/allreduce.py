@@ -1,7 +1,7 @@
 """Each rank contributes rank+1; after a gloo all-reduce every rank must hold the sum.
 
-Launched by torchrun, which sets RANK/WORLD_SIZE per process; torchrun itself takes the
-rendezvous address from the MASTER_ADDR/MASTER_PORT that troupe injects into every kernel.
+Launched by torchrun (one per kernel, see launch.sh), which sets RANK, WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT for each process it starts.
 """
 
 import os

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import pytest
@@ -263,3 +264,26 @@ async def test_images_answer_while_an_agent_is_down(manager: Harness) -> None:
         assert {i["name"] for i in r.json()} == {IMAGE}
         r = await manager.client.get("/agents")
         assert r.status_code == 200
+
+
+async def test_the_managers_own_agent_has_no_heartbeat_age(manager: Harness) -> None:
+    """It sends none (in the manager's process): an age would only count from its start."""
+    await manager.register("h2")
+    ages = {a["name"]: a["heartbeat_age"] for a in (await manager.client.get("/agents")).json()}
+    assert ages["local"] is None and ages["h2"] is not None, ages
+
+
+async def test_a_pause_of_the_manager_is_no_silence_of_its_agents(manager: Harness) -> None:
+    """The manager's event loop stands still longer than the agent time-out (heavy load, a
+    suspended machine): the check after it finds no agent LOST for the heartbeats it could not
+    take meanwhile (the time-out here is 1 s; its heartbeat came just before the pause)."""
+    assert manager.app is not None
+    fleet = manager.app.state.registry.fleet
+    c = await manager.register("h2")
+    await fleet.check()  # (a check before the pause: the scheduler loop's first may be later)
+    r = await c.post("/agents/h2/heartbeat")
+    assert r.status_code == 204, r.text
+    time.sleep(1.6)  # noqa: ASYNC251 (blocking on purpose: the whole manager pauses)
+    await fleet.check()
+    assert "h2" not in fleet.lost
+    assert await agent_status(manager, "h2") == "ALIVE"

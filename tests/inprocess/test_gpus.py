@@ -62,7 +62,7 @@ async def test_kernels_get_distinct_gpus_and_the_third_waits(gpus: Harness) -> N
     await gpus.create("c", resources=ONE_GPU)
     c = await get_when(gpus, "c", lambda s: "pending" in s["status_info"])
     assert c["status"] == "PENDING"
-    assert c["status_info"]["pending"]["main1"] == ["agent local: gpu: needs 1 GPUs, 0 GPUs free"]
+    assert c["status_info"]["pending"]["main1"] == ["agent local: gpu: needs 1 GPU, 0 GPUs free"]
 
     r = await gpus.client.delete("/sessions/a")
     assert r.status_code < 300, r.text

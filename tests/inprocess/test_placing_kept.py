@@ -246,9 +246,10 @@ class World:
             event = self.life.fleet.events.get_nowait()
             assert isinstance(event, AgentLost)
             for sid, host in sorted((await victims_of(self.life, event.agent_id)).items()):
-                if await replacing.begin(self.life, sid, event.agent_id, host, "lost"):
+                judged = await replacing.begin(self.life, sid, event.agent_id, host, "lost")
+                if judged.verdict == replacing.Verdict.REPLACE:
                     await replacing.place_again(self.life, sid)
-                else:
+                elif judged.verdict == replacing.Verdict.FAIL:
                     await self.end_one(sid)
 
     async def end_one(self, sid: str) -> None:

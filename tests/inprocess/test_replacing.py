@@ -114,7 +114,7 @@ async def test_a_destroy_while_waiting_to_be_placed_again(manager: Harness) -> N
         s = await running(manager, "bye", **body())
         gone = next(k["agent"] for k in s["kernels"] if k["hostname"] == "sub1")
         await stacks[gone].aclose()
-        await get_when(manager, "bye", lambda x: x["status"] == "PENDING", timeout=8)
+        await get_when(manager, "bye", lambda x: x["status"] == "PENDING", timeout=30)
         r = await manager.client.delete("/sessions/bye")
         assert r.status_code == 200, r.text
         s = await manager.wait("bye", until="final")

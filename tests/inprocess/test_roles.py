@@ -190,7 +190,7 @@ async def test_multi_node_roles_spread_when_no_agent_holds_them_all(manager: Har
     r = await manager.client.post("/sessions", json={**body, "resources": {"cpu": 0.25}})
     err = error_of(r)
     assert err["code"] == "does_not_fit" and err["field"] == "roles", err
-    assert "role worker, kernel worker2: agent r1: cpu: needs 1 cores" in err["message"], err
+    assert "role worker, kernel worker2: agent r1: cpu: needs 1 core" in err["message"], err
 
 
 async def test_gpu_roles_get_their_own_devices_and_hostfile_slots(

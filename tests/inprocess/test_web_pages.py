@@ -146,3 +146,11 @@ async def test_the_session_list_pages_past_its_first_200(manager: Harness) -> No
     # a page before a session the user does not see is not found
     r = await c.get("/", params={"show": "finished", "before": "ghost"})
     assert r.status_code == 404 and "text/html" in r.headers["content-type"]
+
+
+async def test_agents_page_counts_in_words(manager: Harness) -> None:
+    """``0 / 1 core`` for an agent of one core (not ``1 cores``)."""
+    await manager.register("one", cpu=1)
+    c = await signed_in(manager)
+    text = (await c.get("/agents")).text
+    assert "0 / 1 core" in text and "1 cores" not in text, text

@@ -205,7 +205,7 @@ def test_kernels_get_their_own_gpus_through_the_engine(gpu_server: Server) -> No
     assert "GPUS" in shown.stdout and ga[:12] in shown.stdout, shown
 
     c.create_session(SessionCreate(name="c", image=BASE_IMAGE, resources=ONE))
-    assert "gpu: needs 1 GPUs, 0 GPUs free" in str(waiting(c, "c").status_info)
+    assert "gpu: needs 1 GPU, 0 GPUs free" in str(waiting(c, "c").status_info)
 
     # a manager restart: the allocation is read back, nothing is given twice
     stop_server(gpu_server)

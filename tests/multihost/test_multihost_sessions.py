@@ -266,7 +266,7 @@ def test_pending_until_resources_free_and_never_fitting_rejected(cluster: Cluste
             info = c.get_session("waiter")
         report = info.status_info["pending"]
         assert set(report) == {"main1", "sub1"}
-        assert any("agent tt2: cpu: needs 1 cores, 0.25 cores free" in r for r in report["main1"])
+        assert any("agent tt2: cpu: needs 1 core, 0.25 cores free" in r for r in report["main1"])
     finally:
         c.destroy_session("blocker")
     info = c.wait_session("waiter", timeout=120)

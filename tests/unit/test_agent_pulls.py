@@ -44,14 +44,12 @@ class FakeImages:
         self.deleted.append(image)
 
 
-class FakeSystem:
-    async def info(self) -> dict[str, Any]:
-        return {"Architecture": "x86_64"}
-
-
 class FakeDocker:
+    """No ``system``: the pull never asks the engine's system info (the kernels' platform is
+    one, ``runtime.PLATFORM``)."""
+
     def __init__(self, images: FakeImages) -> None:
-        self.images, self.system = images, FakeSystem()
+        self.images = images
 
 
 LAYERS = [
@@ -84,7 +82,8 @@ async def test_image_of_another_architecture_is_removed_again(tmp_path: Path) ->
     images = FakeImages(LAYERS, arch="arm64")
     with pytest.raises(AgentFailed) as e:
         await _all(FakeDocker(images), PullRequest(image=IMAGE), tmp_path)
-    assert "the image is for arm64, the agent runs amd64 (removed again)" in e.value.message
+    assert "is built for linux/arm64; troupe runs linux/amd64" in e.value.message
+    assert e.value.message.endswith("(removed again)")
     assert IMAGE in e.value.message and "agent agent1" in e.value.message
     assert images.deleted == [IMAGE]
 

@@ -29,7 +29,7 @@ def ev(i: int, status: str | None = None, **kw: Any) -> SessionEvent:
 
 class FakeClient:
     """A session whose list grows by one event per read, and which is TERMINATED once its
-    last event exists (its status is read before its list)."""
+    last event exists."""
 
     def __init__(self) -> None:
         self.all = [
@@ -41,6 +41,7 @@ class FakeClient:
         ]
         self.shown = 2
         self.calls: list[tuple[str, int | None]] = []
+        self.session_reads = 0
 
     def session_events(self, ref: str, after: int | None = None, **_: Any) -> list[SessionEvent]:
         self.calls.append((ref, after))
@@ -49,6 +50,7 @@ class FakeClient:
         return seen
 
     def get_session(self, ref: str) -> Any:
+        self.session_reads += 1
         final = self.shown >= len(self.all)
         status = SessionStatus.TERMINATED if final else SessionStatus.RUNNING
         return SimpleNamespace(id="sid", status=status)
@@ -95,11 +97,24 @@ def test_follow_prints_until_the_final_status(fake: FakeClient) -> None:
     assert r.exit_code == 0, r.output
     assert [json.loads(line)["id"] for line in r.output.splitlines()] == [1, 2, 3, 4, 5]
     # after the first read, each read asks for what came after the last id seen, by id
-    assert fake.calls[0] == ("s", None) and fake.calls[1:] == [
+    assert fake.calls[0] == ("sid", None) and fake.calls[1:] == [
         ("sid", 2),
         ("sid", 3),
         ("sid", 4),
     ]
+    # the session itself is read once (its id), not in every poll: the list says it ended
+    assert fake.session_reads == 1
+
+
+def test_follow_a_session_over_already(fake: FakeClient) -> None:
+    """Its list is read once, after the session (so it holds the final status), and it stops
+    even if the list lacks that status (a session from before the server kept events)."""
+    fake.all = fake.all[:2]
+    fake.shown = 2
+    r = run("session", "events", "s", "--follow", "--json")
+    assert r.exit_code == 0, r.output
+    assert [json.loads(line)["id"] for line in r.output.splitlines()] == [1, 2]
+    assert fake.calls == [("sid", None)] and fake.session_reads == 1
 
 
 def test_audit(fake: FakeClient) -> None:

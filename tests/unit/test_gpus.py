@@ -205,7 +205,7 @@ def test_scheduler_counts_whole_gpus_and_says_why() -> None:
     two = Request("s2", "default", "single-node", size=1, cpu=1, mem=2**20, gpu=1, order=2)
     d = schedule([one, two], [agent])
     assert d.placements == {"s1": ["a"]}
-    assert d.waiting["s2"] == ["agent a: gpu: needs 1 GPUs, 0 GPUs free"]
+    assert d.waiting["s2"] == ["agent a: gpu: needs 1 GPU, 0 GPUs free"]
 
 
 def test_agent_list_shows_free_total_and_models() -> None:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from troupe.api.edge import validation_error
 from troupe.api.models import NAME_RULE, ExecRequest, SessionCreate
 from troupe.api.rule_words import location
+from troupe.client.cli.status_text import validation_message
 
 BASE = {"name": "ok", "image": "troupe/base:0.1.0"}
 
@@ -63,6 +64,23 @@ def test_an_error_names_its_field_and_the_rule_in_words(
     data: dict[str, Any], field: str, message: str
 ) -> None:
     assert error_of({**BASE, **data}) == (field, message)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"roles": [{"name": "w"}, {"name": "v", "resources": {"mem": "lots"}}]},
+        {"mounts": [{"folder": "a b"}]},
+        {"resources": {"cpu": 0}},
+        {"name": "Bad Name"},
+    ],
+)
+def test_the_cli_words_an_error_as_the_api_does(data: dict[str, Any]) -> None:
+    """A session file's error (CLI, before sending) and the API's answer to the same request
+    name the field alike: ``roles[1].resources.mem``, not ``roles.1.resources.mem``."""
+    with pytest.raises(ValidationError) as e:
+        SessionCreate.model_validate({**BASE, **data})
+    assert validation_message(e.value) == error_of({**BASE, **data})[1]
 
 
 def test_a_missing_field_is_required() -> None:

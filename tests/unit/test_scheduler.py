@@ -173,7 +173,7 @@ def test_single_node_roles_need_one_agent_for_every_role() -> None:
     d = schedule([roles_req("s")], [gpu_agent("a", gpu=1), gpu_agent("b", gpu=1)])
     assert d.placements == {}
     assert any(
-        "role worker, kernel worker2" in line and "gpu: needs 1 GPUs, 0 GPUs free" in line
+        "role worker, kernel worker2" in line and "gpu: needs 1 GPU, 0 GPUs free" in line
         for line in d.waiting["s"]
     )
 

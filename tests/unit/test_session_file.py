@@ -167,6 +167,10 @@ def test_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
             "name: s\nimage: troupe/base:0.1.0\nroles: [{name: w, replicas: 0}]\n",
             "{f}: roles[0].replicas: must be at least 1",
         ),
+        (
+            "name: s\nimage: troupe/base:0.1.0\nroles: [{name: w}, {name: v, replicas: x}]\n",
+            "{f}: roles[1].replicas: must be a whole number",
+        ),
         ("name: s\nimage: troupe/base:0.1.0\nroles: []\n", "{f}: roles: give at least one"),
         ("name: s\nimage: troupe/base:0.1.0\nresources: {mem: lots}\n", "{f}: resources.mem:"),
         ("name: s\n", "error: image: required: give --image or image: in the session file"),

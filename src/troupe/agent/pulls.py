@@ -4,7 +4,8 @@ The engine reports each layer's bytes (``progressDetail``); :class:`Tally` sums 
 the layers into :class:`PullProgress`. A failure is an :class:`AgentFailed` that names the
 image, the registry and the agent and says which of the known cases it is (unknown image,
 unauthorised, registry unreachable, disk full, another architecture); an image pulled for
-another architecture than the engine's is removed again, so nothing half-usable stays.
+another platform than the kernels' (``runtime.PLATFORM``, linux/amd64) is removed again, so
+nothing half-usable stays.
 
 A registry's CA (``registry add --ca-file``) is written where the engine looks for it,
 ``<certs dir>/HOST:PORT/ca.crt`` (``/etc/docker/certs.d`` by default): the engine reads that
@@ -22,6 +23,7 @@ from typing import Any
 import aiodocker
 from aiodocker.exceptions import DockerError
 
+from troupe.agent.runtime import platform_error
 from troupe.api.errors import AgentFailed
 from troupe.api.registries import PullProgress, PullRequest, registry_of, split_image
 
@@ -102,12 +104,6 @@ def install_ca(certs_dir: Path, host: str, pem: str) -> None:
     os.replace(tmp, path)
 
 
-async def _arch(docker: aiodocker.Docker) -> str:
-    info = await docker.system.info()
-    machine = str(info.get("Architecture", ""))
-    return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
-
-
 async def pull(
     docker: aiodocker.Docker, agent: str, req: PullRequest, certs_dir: Path = CERTS_DIR
 ) -> AsyncIterator[PullProgress]:
@@ -130,15 +126,15 @@ async def pull(
         raise failure(agent, image, str(e.message)) from e
     try:
         info = await docker.images.inspect(image)
-        arch = await _arch(docker)
     except DockerError as e:
         raise failure(agent, image, str(e.message)) from e
-    if arch and info.get("Architecture") and info["Architecture"] != arch:
+    # The kernels' one platform (runtime.PLATFORM) decides, as it does at create: not the
+    # engine's own architecture, which it would cost a system-info call per pull to ask.
+    if why := platform_error(image, info):
         with contextlib.suppress(DockerError):
             await docker.images.delete(image)
         raise AgentFailed(
-            f"pulling {image} from {registry_of(image)} on agent {agent}: the image is for"
-            f" {info['Architecture']}, the agent runs {arch} (removed again)",
+            f"pulling {image} from {registry_of(image)} on agent {agent}: {why} (removed again)",
             field="image",
         )
     yield tally.progress.model_copy(update={"done": True})

@@ -399,6 +399,8 @@ class AgentInfo(BaseModel):
     gpu_free: int
     kernels: int
     swarm_manager: bool = False
+    #: seconds since the agent's last heartbeat; None for the manager's own agent (in the
+    #: server's process: it sends none)
     heartbeat_age: float | None = None
     #: the GPUs offered (``gpu`` is their count) and, when there are none, why
     gpus: list[GpuInfo] = Field(default_factory=list)

@@ -3,16 +3,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from troupe.client.paths import session_path
+from troupe.client.sdk_requests import Requests
 
 if TYPE_CHECKING:
     from troupe.api.events import AuditEntry, SessionEvent
-
-
-class _Requests(Protocol):
-    def _req(self, method: str, path: str, **kw: Any) -> Any: ...
 
 
 def _paging(after: int | None, since: float | str | None, limit: int | None) -> dict[str, str]:
@@ -22,7 +19,7 @@ def _paging(after: int | None, since: float | str | None, limit: int | None) -> 
 
 class EventReads:
     def session_events(
-        self: _Requests,
+        self: Requests,
         ref: str,
         after: int | None = None,
         since: float | str | None = None,
@@ -38,7 +35,7 @@ class EventReads:
         return _many(SessionEvent, data)
 
     def audit(
-        self: _Requests,
+        self: Requests,
         after: int | None = None,
         since: float | str | None = None,
         limit: int | None = None,

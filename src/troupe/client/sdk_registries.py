@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from troupe.client.paths import api_path
+from troupe.client.sdk_requests import Requests
 
 if TYPE_CHECKING:
     from troupe.api.registries import PullResult, RegistryInfo
@@ -13,16 +14,13 @@ if TYPE_CHECKING:
 class RegistryCalls:
     """Admins' calls: registries (their secrets go in, never come back) and pre-pulls."""
 
-    def _req(self, method: str, path: str, **kw: Any) -> Any:
-        raise NotImplementedError
-
-    def list_registries(self) -> list[RegistryInfo]:
+    def list_registries(self: Requests) -> list[RegistryInfo]:
         from troupe.api.registries import RegistryInfo
 
         return [RegistryInfo.model_validate(x) for x in self._req("GET", "/registries")]
 
     def add_registry(
-        self,
+        self: Requests,
         host: str,
         username: str | None = None,
         password: str | None = None,
@@ -35,11 +33,11 @@ class RegistryCalls:
             self._req("POST", "/registries", json=body.model_dump(exclude_none=True))
         )
 
-    def remove_registry(self, host: str) -> None:
+    def remove_registry(self: Requests, host: str) -> None:
         self._req("DELETE", api_path("registries", host))
 
     def pull_image(
-        self, image: str, agent: str | None = None, timeout: float | None = None
+        self: Requests, image: str, agent: str | None = None, timeout: float | None = None
     ) -> list[PullResult]:
         """Pulls ``image`` on ``agent`` (or every agent); returns when it is done."""
         from troupe.api.registries import PullResult

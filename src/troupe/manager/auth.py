@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import secrets
 import time
 import uuid
@@ -21,6 +20,7 @@ from sqlalchemy import event, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session as SyncSession
 
+from troupe.manager.private_file import write_private
 from troupe.manager.store.models import User
 
 KEY_PREFIX = "trp_"
@@ -146,14 +146,8 @@ def _users_rolled_back(session: SyncSession, previous_transaction: Any) -> None:
 
 
 def write_credentials(path: Path, api_url: str, api_key: str) -> None:
-    """Writes the client credentials file with mode 0600 from the start (no window)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"api_url": api_url, "api_key": api_key}, f)
-        f.write("\n")
-    os.replace(tmp, path)
+    """Writes the client credentials file, private (mode 0600) from the start."""
+    write_private(path, json.dumps({"api_url": api_url, "api_key": api_key}) + "\n")
 
 
 async def ensure_admin(db: AsyncSession, credentials: Path, api_url: str) -> bool:

@@ -31,6 +31,7 @@ from troupe.api.lifecycle import (
 from troupe.manager.auth import hash_key
 from troupe.manager.config import ServerConfig
 from troupe.manager.events import AgentBack, AgentLost, FleetEvent, KernelExited
+from troupe.manager.pauses import PauseClock
 from troupe.manager.pulls import Pulls
 from troupe.manager.registries import RegistryBook
 from troupe.manager.scheduler import AgentState
@@ -63,6 +64,8 @@ class Fleet:
         self._remote = remote
         #: LOST agents: skipped when removing sessions (the sweep cleans up once they are back)
         self.lost: set[str] = set()
+        #: the manager's own pauses, not counted as the agents' silence
+        self.pauses = PauseClock()
         self.events: asyncio.Queue[FleetEvent] = asyncio.Queue()
         #: agent of another host -> SHA-256 of its credential (as stored in its row)
         self._credentials: dict[str, str] = {}
@@ -81,6 +84,10 @@ class Fleet:
 
     def get(self, agent_id: str) -> AgentBackend | None:
         return self.agents.get(agent_id)
+
+    def is_local(self, agent_id: str) -> bool:
+        """Whether ``agent_id`` is an in-process agent (it lives as long as the manager)."""
+        return agent_id in self._local
 
     def is_remote(self, agent_id: str) -> bool:
         """Whether ``agent_id`` is a known agent of another host (not an in-process one)."""
@@ -336,6 +343,7 @@ class Fleet:
                 token = self.config.resolve_agent_token()
                 self.agents[name] = self._remote(name, address, token)
             self._credentials[name] = issued_hash
+            self.pauses.heard(name)
             self.lost.discard(name)
         self.events.put_nowait(AgentBack(name))
         return issued
@@ -385,33 +393,51 @@ class Fleet:
         back = await self.store.write(step)
         if back is None:
             return False
+        self.pauses.heard(name)
         self.lost.discard(name)
         if back:
             log.warning("agent %s is back", name)
             self.events.put_nowait(AgentBack(name))
         return True
 
+    @property
+    def check_every(self) -> float:
+        """Seconds between two :meth:`check` passes, at least: a third of the time-out, 1 s
+        at most."""
+        return min(1.0, self.config.agent_timeout / 3)
+
+    @property
+    def check_within(self) -> float:
+        """Seconds between two :meth:`check` passes, at most (the scheduler loop wakes this
+        often at least): a third of the time-out, 5 s at most."""
+        return min(5.0, self.config.agent_timeout / 3)
+
     async def check(self) -> None:
-        """Marks silent remote agents LOST (in-process ones live as long as the manager)."""
-        cutoff = self.config.agent_timeout
+        """Marks silent remote agents LOST (in-process ones live as long as the manager); the
+        manager's own pauses are not their silence (:mod:`troupe.manager.pauses`)."""
+        timeout = self.config.agent_timeout
         now = utcnow()
+        self.pauses.check(now, self.check_within)
+
+        def silent(row: Agent) -> bool:
+            if row.last_heartbeat is None:
+                return True
+            paused = self.pauses.since_heard(row.id)
+            return (now - row.last_heartbeat).total_seconds() - paused > timeout
 
         async def step(db: AsyncSession) -> list[str]:
             lost = []
             for row in (await db.execute(select(Agent))).scalars():
                 if row.id in self._local:
                     continue
-                silent = row.last_heartbeat is None or (
-                    (now - row.last_heartbeat).total_seconds() > cutoff
-                )
-                if row.status == AgentStatus.ALIVE and silent:
+                if row.status == AgentStatus.ALIVE and silent(row):
                     transition(row, AgentStatus.LOST, changes_of(db), now)
                     lost.append(row.id)
             return lost
 
         for agent_id in await self.store.write(step):
             self.lost.add(agent_id)
-            log.warning("agent %s lost (no heartbeat for %g s)", agent_id, cutoff)
+            log.warning("agent %s lost (no heartbeat for %g s)", agent_id, timeout)
             self.events.put_nowait(
-                AgentLost(agent_id, f"agent {agent_id} sent no heartbeat for {cutoff:g} s")
+                AgentLost(agent_id, f"agent {agent_id} sent no heartbeat for {timeout:g} s")
             )

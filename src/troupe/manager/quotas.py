@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from troupe.api import defaults
+from troupe.api.counted import counted
 from troupe.api.models import format_size
 from troupe.api.users import Limits, Usage
 from troupe.manager.config import ServerConfig
@@ -143,7 +144,7 @@ def check(limits: Limits, used: Usage, ask: Ask) -> Refusal | None:
     if limits.cpu is not None and after.cpu > limits.cpu + EPSILON:
         return Refusal(
             "resources",
-            f"resources: {ask.shown(f'{cpu:g} cores', f'{ask.cpu:g} cores')} would make"
+            f"resources: {ask.shown(counted(cpu, 'core'), counted(ask.cpu, 'core'))} would make"
             f" {after.cpu:g} in use,"
             f" over your limit of {limits.cpu:g} (cpu)",
         )
@@ -157,7 +158,7 @@ def check(limits: Limits, used: Usage, ask: Ask) -> Refusal | None:
     if limits.gpu is not None and after.gpu > limits.gpu:
         return Refusal(
             "resources",
-            f"resources: {ask.shown(f'{gpu} GPUs', f'{ask.gpu} GPUs')} would make {after.gpu}"
-            f" in use, over your limit of {limits.gpu} (gpu)",
+            f"resources: {ask.shown(counted(gpu, 'GPU'), counted(ask.gpu, 'GPU'))} would make"
+            f" {after.gpu} in use, over your limit of {limits.gpu} (gpu)",
         )
     return None

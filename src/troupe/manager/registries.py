@@ -10,12 +10,12 @@ database table: the secrets then never sit in a database dump or its backups.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from troupe.api.errors import Conflict, NotFound
 from troupe.api.registries import RegistryAdd, RegistryAuth, RegistryInfo, parse_host
+from troupe.manager.private_file import write_private
 
 
 class RegistryBook:
@@ -30,13 +30,7 @@ class RegistryBook:
         return {str(k): dict(v) for k, v in data.items()}
 
     def _write(self, data: dict[str, dict[str, Any]]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, self.path)
+        write_private(self.path, json.dumps(data, indent=1, sort_keys=True))
 
     def infos(self) -> list[RegistryInfo]:
         return [_info(host, r) for host, r in sorted(self._read().items())]

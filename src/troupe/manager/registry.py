@@ -221,22 +221,22 @@ class Registry:
         """One session of a lost agent: placed again under its restart rule, in whatever
         phase (its preparer or restart in place stopped first: it must not go on with the
         kernels being removed), or failed with ``agent lost``."""
-        verdict = await replacing.judge(self.life, session_id)
-        if verdict == replacing.Verdict.REPLACE:
+        judged = await replacing.judge(self.life, session_id)
+        if judged.verdict == replacing.Verdict.REPLACE:
             await self._stop_preparer(session_id)
-            verdict = await replacing.begin(
+            judged = await replacing.begin(
                 self.life, session_id, event.agent_id, host, event.message
             )
-        if verdict == replacing.Verdict.REPLACE:
+        if judged.verdict == replacing.Verdict.REPLACE:
             self._replace(session_id)
-        elif verdict == replacing.Verdict.FAIL:
+        elif judged.verdict == replacing.Verdict.FAIL:
             info = {
                 "reason": "agent lost",
                 "agent": event.agent_id,
                 "kernel": host,
                 "message": event.message,
             }
-            restarts = (await self.get(session_id)).restarts
+            restarts = judged.restarts
             await self.end(
                 session_id, S.ERROR, {**info, "restarts": restarts} if restarts else info
             )
@@ -266,14 +266,14 @@ class Registry:
         next_pass = 5.0
         # Heartbeats are checked at most this often, not on every wake-up: a pass that places
         # a new session is on the way to its start.
-        check_every = min(1.0, self.config.agent_timeout / 3)
+        check_every = self.fleet.check_every
         last_check = -check_every
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(next_pass):  # not wait_for: it can swallow a cancel
                     await self._wake.wait()
             self._wake.clear()
-            next_pass = min(5.0, self.config.agent_timeout / 3)
+            next_pass = self.fleet.check_within
             try:
                 with SCHEDULER_PASS.time():
                     result = await self.placer.place()

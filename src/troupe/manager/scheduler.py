@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from troupe.api.counted import counted
 from troupe.cluster.contract import ClusterMode
 
 EPS = 1e-9
@@ -129,13 +130,13 @@ class Decision:
 
 def _shortage(agent: AgentState, req: Request | Part, kernels: int) -> str:
     need = [
-        ("cpu", req.cpu * kernels, agent.cpu_free, "{:g} cores"),
-        ("mem", req.mem * kernels, agent.mem_free, "{} bytes"),
-        ("gpu", req.gpu * kernels, agent.gpu_free, "{} GPUs"),
+        ("cpu", req.cpu * kernels, agent.cpu_free, "core"),
+        ("mem", req.mem * kernels, agent.mem_free, "byte"),
+        ("gpu", req.gpu * kernels, agent.gpu_free, "GPU"),
     ]
     short = [
-        f"{name}: needs {fmt.format(n)}, {fmt.format(max(free, 0))} free"
-        for name, n, free, fmt in need
+        f"{name}: needs {counted(n, unit)}, {counted(max(free, 0), unit)} free"
+        for name, n, free, unit in need
         if n > free + EPS
     ]
     return f"agent {agent.id}: " + ("; ".join(short) or "no room")

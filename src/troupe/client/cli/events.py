@@ -72,26 +72,30 @@ def session_events(
     """What happened to a session: status changes with their reason and who caused them,
     kernel exits, OOM kills, restarts, app opens, idle warnings."""
     with client() as c:
-        events = c.session_events(name, since=since)
         if not follow:
+            events = c.session_events(name, since=since)
             if json_:
                 _print(events, True)
             else:
                 print_table(EVENT_COLUMNS, [event_row(e) for e in events])
             return
-        sid = c.get_session(name).id  # this session, even if the name is taken again
+        # The session once, first: its id (this session, even if the name is taken again) and
+        # whether it is over already (its list, read after, then holds the final status; a list
+        # from before the server kept events may lack it). From then on only the list is read,
+        # the events after the last id seen: every status change writes its event in the same
+        # transaction, so the final status comes in the list.
+        info = c.get_session(name)
+        events = c.session_events(info.id, since=since)
         _print(events, json_)
         last = events[-1].id if events else 0
-        over = ended(events)
+        over = info.status.is_final or ended(events)
         try:
             while not over:
                 time.sleep(POLL)
-                # a final status read before the list: the list read after it has its event
-                over = c.get_session(sid).status.is_final
-                events = c.session_events(sid, after=last)
+                events = c.session_events(info.id, after=last)
                 _print(events, json_)
                 last = events[-1].id if events else last
-                over = over or ended(events)
+                over = ended(events)
         except KeyboardInterrupt:
             pass
 

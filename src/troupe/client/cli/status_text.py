@@ -13,12 +13,12 @@ if TYPE_CHECKING:
 
 
 def validation_message(e: ValidationError, prefix: str = "") -> str:
-    """``field: rule`` for the first error of a pydantic validation, the rule in words as the
-    server says it."""
-    from troupe.api.rule_words import words
+    """``field: rule`` for the first error of a pydantic validation, the field named and the
+    rule in words as the server says them (``roles[1].resources.mem: ...``)."""
+    from troupe.api.rule_words import location, words
 
     err = e.errors()[0]
-    loc = ".".join(str(p) for p in (prefix, *err.get("loc", ())) if p != "")
+    loc = location(tuple(p for p in (prefix, *err.get("loc", ())) if p != "")) or ""
     msg = words(err)
     if loc and not msg.startswith(f"{loc}:"):
         return f"{loc}: {msg}"

@@ -50,8 +50,7 @@ async def awaits_verdict(life: Life, session_id: str) -> tuple[SessionStatus, in
 def verdict_seconds(life: Life) -> float:
     """How long to wait for an agent's heartbeat verdict: its time-out, the check's period
     and a margin."""
-    timeout = life.config.agent_timeout
-    return timeout + min(1.0, timeout / 3) + 1.0
+    return life.config.agent_timeout + life.fleet.check_every + 1.0
 
 
 async def _silent(life: Life, agents: set[str]) -> bool:

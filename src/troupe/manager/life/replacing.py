@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -50,6 +50,14 @@ class Verdict(StrEnum):
     FAIL = "fail"
 
 
+class Judged(NamedTuple):
+    """A verdict with the session's restarts as it was judged (an ``agent lost`` failure
+    names them), so that the caller does not load the session again."""
+
+    verdict: Verdict
+    restarts: int
+
+
 def lost_agent(s: Session) -> str | None:
     """The agent whose loss the session's running restart is about (None: a kernel's failure,
     or no restart under way)."""
@@ -65,20 +73,26 @@ def verdict(s: Session) -> Verdict:
     return Verdict.FAIL
 
 
-async def judge(life: Life, session_id: str) -> Verdict:
+def judged(s: Session) -> Judged:
+    return Judged(verdict(s), s.restarts)
+
+
+async def judge(life: Life, session_id: str) -> Judged:
     """The verdict on the session as it is now (read only: the caller stops the session's
     preparer, if any, before :func:`begin` writes it)."""
-    return verdict(await life.session(session_id))
+    async with life.store() as db:
+        return judged(await load(db, session_id))
 
 
-async def begin(life: Life, session_id: str, agent_id: str, host: str, message: str) -> Verdict:
+async def begin(life: Life, session_id: str, agent_id: str, host: str, message: str) -> Judged:
     """-> RESTARTING for a session whose kernel ``host`` was on the lost agent, when it has
-    restarts left (:attr:`Verdict.REPLACE`); nothing changed otherwise."""
+    restarts left (:attr:`Verdict.REPLACE`); nothing changed otherwise. The session is read
+    again in this transaction: it may have moved on while its preparer was stopped."""
 
-    async def step(db: AsyncSession) -> Verdict:
+    async def step(db: AsyncSession) -> Judged:
         s = await load(db, session_id)
-        found = verdict(s)
-        if found != Verdict.REPLACE:
+        found = judged(s)
+        if found.verdict != Verdict.REPLACE:
             return found
         reason = f"agent {agent_id} lost" + (f": {message}" if message else "")
         failure = {
@@ -94,7 +108,7 @@ async def begin(life: Life, session_id: str, agent_id: str, host: str, message: 
         if was != S.RUNNING:
             text += f" (while {was})"
         await record_event(db, s.id, "restart", text, RESTART_ACTOR, kernel=host)
-        return Verdict.REPLACE
+        return Judged(Verdict.REPLACE, s.restarts)
 
     return await life.store.write(step)
 

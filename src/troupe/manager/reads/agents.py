@@ -31,7 +31,8 @@ async def agent_infos(db: AsyncSession, fleet: Fleet) -> list[AgentInfo]:
     out = []
     for a in (await db.execute(select(Agent).order_by(Agent.name))).scalars():
         st = states.get(a.id)
-        hb = a.last_heartbeat
+        # (an in-process agent sends none: its registration's time would only grow old)
+        hb = None if fleet.is_local(a.id) else a.last_heartbeat
         out.append(
             AgentInfo(
                 id=a.id,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from troupe.api.counted import counted
 from troupe.api.durations import format_duration
 from troupe.api.lifecycle import AgentStatus, KernelStatus, SessionStatus
 from troupe.api.models import AgentInfo, KernelInfo, Resources, SessionInfo
@@ -101,7 +102,7 @@ def kernels_running(s: SessionInfo) -> str | None:
     if s.status not in (S.SCHEDULED, S.PREPARING, S.RESTARTING) or not s.kernels:
         return None
     up = sum(k.status == KernelStatus.RUNNING for k in s.kernels)
-    return f"{up}/{len(s.kernels)} kernels running"
+    return f"{up}/{counted(len(s.kernels), 'kernel')} running"
 
 
 def kernels_in_order(kernels: Iterable[KernelInfo]) -> list[KernelInfo]:

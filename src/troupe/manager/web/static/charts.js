@@ -18,7 +18,7 @@
   }
   const num = (n, d = 2) => (n === null || n === undefined ? "—" : String(+n.toFixed(d)));
   const rate = (n) => `${bytes(n)}/s`;
-  const cores = (n) => `${num(n)} core${n === 1 ? "" : "s"}`;
+  const cores = (n) => { const t = num(n); return `${t} core${t === "1" ? "" : "s"}`; };
   const pct = (n) => (n === null || n === undefined ? "—" : `${Math.round(n)} %`);
   const el = (tag, cls, text) => {
     const e = document.createElement(tag);
@@ -116,7 +116,7 @@
       new Chart(row, "CPU", [{label: "cores", color: C.used}, {label: "limit", color: C.limit, dash: [4, 3]}],
         (s) => [s.cpu_cores, s.cpu_limit],
         (s) => (s.cpu_limit ? `${num(s.cpu_cores)} of ${cores(s.cpu_limit)} (${pct(s.cpu_pct)})`
-          : `${num(s.cpu_cores)} cores (no limit)`), (v) => num(v)),
+          : `${cores(s.cpu_cores)} (no limit)`), (v) => num(v)),
       new Chart(row, "Memory", [{label: "used", color: C.used}, {label: "limit", color: C.limit, dash: [4, 3]}],
         (s) => [s.mem_bytes, s.mem_limit],
         (s) => `${bytes(s.mem_bytes)}${s.mem_limit ? ` of ${bytes(s.mem_limit)}` : " (no limit)"}` +
@@ -143,7 +143,7 @@
   // A finished session's summary: a sentence for the session, a table per kernel.
   function showSummary(note, u) {
     note.textContent = `Used over ${num(u.seconds / 60, 1)} min: peak memory ${bytes(u.peak_mem_bytes)}, ` +
-      `mean CPU ${num(u.mean_cpu_cores)} cores, ${num(u.gpu_hours, 3)} GPU-hours` +
+      `mean CPU ${cores(u.mean_cpu_cores)}, ${num(u.gpu_hours, 3)} GPU-hours` +
       (u.oom_killed ? "; a kernel was OOM-killed" : "") + ".";
     const table = el("table", "usage-summary");
     const cap = el("caption", "sr-only", "What each kernel used");

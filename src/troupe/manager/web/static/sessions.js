@@ -124,7 +124,7 @@
       const t = all.map(of).reduce((a, x) => ({k: a.k + x.k, c: a.c + x.k * x.c, m: a.m + x.k * x.m, g: a.g + x.k * x.g}), {k: 0, c: 0, m: 0, g: 0});
       n = t.k;
       $("#f-size").value = n;
-      const parts = [all.map((r) => `${r.name || "?"} × ${r.replicas || 0}`).join(" + ") + ` = ${n} kernels`,
+      const parts = [all.map((r) => `${r.name || "?"} × ${r.replicas || 0}`).join(" + ") + ` = ${n} kernel${n === 1 ? "" : "s"}`,
         `${num(t.c)} CPU`];
       if (!isNaN(t.m)) parts.push(human(t.m));
       if (t.g) parts.push(`${t.g} GPU`);
