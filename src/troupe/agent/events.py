@@ -104,8 +104,6 @@ class ExitWatcher:
         if found is None:
             return
         exit_, info = found
-        # (the lines first: the engine answers nothing of a container while it starts it)
-        exit_.last_logs = await last_lines(self._docker, cid, LAST_LINES)
         if holds and info and holds.holds(info, exit_.exit_code, exit_.oom_killed):
             holds.start(info)
         await self._on_exit(exit_)
@@ -114,9 +112,10 @@ class ExitWatcher:
 async def kernel_exit(
     docker: aiodocker.Docker, event: dict[str, Any]
 ) -> tuple[KernelExit, dict[str, Any] | None] | None:
-    """The exit a ``die`` event of a troupe container reports (its last lines not read yet)
-    and the container's inspection after the death (None where it failed); None for any
-    other event."""
+    """The exit a ``die`` event of a troupe container reports and the container's inspection
+    after the death (None where it failed); None for any other event. Both are read before
+    anything else is asked of the container (the engine answers nothing of a container while
+    it starts it), at once: each waits for the engine to be done with the death."""
     if event.get("Action") != "die":
         return None
     actor = event.get("Actor") or {}
@@ -125,9 +124,9 @@ async def kernel_exit(
     session_id, kernel_id = attrs.get(LABEL_SESSION), attrs.get(LABEL_KERNEL)
     if not (cid and session_id and kernel_id):
         return None
-    oom, error, info = False, "", None
-    with contextlib.suppress(DockerError):
-        info = await docker.containers.container(cid).show()
+    oom, error = False, ""
+    info, lines = await asyncio.gather(_inspect(docker, cid), last_lines(docker, cid, LAST_LINES))
+    if info is not None:
         state = info["State"]
         if state.get("Running"):  # started again since (a restart in place): old news
             return None
@@ -139,5 +138,14 @@ async def kernel_exit(
         exit_code=int(attrs.get("exitCode", -1)),
         oom_killed=oom,
         error=error,
+        last_logs=lines,
     )
     return exit_, info
+
+
+async def _inspect(docker: aiodocker.Docker, cid: str) -> dict[str, Any] | None:
+    try:
+        info: dict[str, Any] = await docker.containers.container(cid).show()
+    except DockerError:
+        return None
+    return info
