@@ -107,8 +107,7 @@ if [ "$_troupe_supervised" = 1 ] && [ -e "$_troupe_run/supervisor" ]; then
   [ "$_troupe_fifo" = 1 ] && exec 8<&-
   _troupe_word=""
   [ -e "$_troupe_run/restart" ] && { read -r _troupe_word < "$_troupe_run/restart" || :; }
-  _troupe_sweep "${_troupe_word%% *}"
-  rm -f "$_troupe_run/restart" "$_troupe_run/held"
+  _troupe_sweep "${_troupe_word%% *}" # (the marks go with the round's markers)
 fi
 
 # One attempt per round (one round unless supervised; the body, the rest of this script, is not
@@ -123,12 +122,16 @@ fi
 if [ -f "$_troupe_conf/kernel.conf" ]; then . "$_troupe_conf/kernel.conf"; fi
 [ -d "$_troupe_run" ] || mkdir -p "$_troupe_run"
 # A restart in place starts this container again: the last start's markers are old news (a
-# test per marker: no process where there is nothing to remove, as on a first start).
-# (and an attempt in place: this container's last attempt's; the old sshd's PID file too)
+# test per marker, one `rm` for all: no process where there is nothing to remove, as on a first
+# start). (and an attempt in place: this container's last attempt's; the old sshd's PID file
+# too; the word's marks)
+_troupe_old=""
 for _troupe_f in started go sshd ready.err restart held /run/sshd-troupe.pid; do
   case $_troupe_f in /*) ;; *) _troupe_f="$_troupe_run/$_troupe_f" ;; esac
-  [ -e "$_troupe_f" ] && rm -f "$_troupe_f"
+  [ -e "$_troupe_f" ] && _troupe_old="$_troupe_old $_troupe_f"
 done
+# shellcheck disable=SC2086
+[ -z "$_troupe_old" ] || rm -f $_troupe_old
 if [ "$_troupe_supervised" = 1 ]; then echo "$$ $_troupe_boot" > "$_troupe_run/supervisor"; fi
 # sh: the image's, else the runtime's; the login shell (and ready.sh's): bash where there is one
 _troupe_sh=/bin/sh
