@@ -101,7 +101,7 @@ if [ "$_troupe_supervised" = 1 ] && [ -e "$_troupe_run/supervisor" ]; then
       read -r _troupe_line <&8 || :      # (a signal ends the wait: checked above)
       [ "$_troupe_line" = restart ] && break
     else
-      sleep 0.05 2>/dev/null || sleep 1 # (the word kills the sleep)
+      sleep 0.05 2>/dev/null || sleep 1 # (polled: the word leaves its file)
     fi
   done
   [ "$_troupe_fifo" = 1 ] && exec 8<&-
