@@ -12,8 +12,13 @@ readiness, the command). No container dies: the engine reports no exit. The read
 and the manager's split of the log by attempt read the lines stamped after the word (the
 agent's clock: it runs on its engine's host); the failed attempt's log is the lines before.
 
+The failed kernel's container was started again on its death, held (:mod:`troupe.agent.hold`):
+its files archive is rewritten in place and its word given at once as a line on its FIFO, its
+start under way or done; then the start is waited for. Its new attempt begins at the later of
+the word and the start (the readiness wait and the log's split read from there).
+
 A supervised kernel's container that is not running (the failed kernel's, where it was not
-started again held on its death: :mod:`troupe.agent.hold`) is started now: its entrypoint,
+started again held on its death) is started now: its entrypoint,
 having run a supervisor before, waits for the word (held), and the kernel goes the way of a
 running one. Its address is pinned first (the engine would give it any free one). One whose
 word is not taken is killed (its death is no news: see :data:`DockerAgent.removing`), started
