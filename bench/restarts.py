@@ -8,15 +8,18 @@ A real ``troupe server`` (its local agent on this machine's engine) runs N-kerne
 sessions of ``troupe/base``. For each N, rounds interleave:
   fresh    POST /v1/sessions -> RUNNING (every kernel reaches every other), then DELETE;
   restart  one session created with ``max_restarts`` = rounds and left RUNNING; each round
-           ``docker kill`` of its ``sub1`` container, and the time from the kill to the
+           a kill of its ``sub1`` container (SIGKILL through the engine's API, as ``docker
+           kill`` does, without the CLI's own start-up), and the time from the kill to the
            session RUNNING again with one more restart (the engine's report of the death;
-           the other kernels set up again inside their running containers by their
-           supervising entrypoints, on the agent's word; sub1's container started again; the
-           readiness barrier).
-Each restart is also cut into steps, in seconds from the kill (the manager's events and the
-kernels' timelines): ``reported`` (the session RESTARTING: the engine's report of the death and
-the manager's judgement), ``word`` (the latest survivor's word given), ``sub1 started`` (its
-container started again), ``ready`` (the last kernel's "troupe: ready") and ``running``.
+           sub1's container started again by its agent at once, held; the other kernels set
+           up again inside their running containers by their supervising entrypoints, on the
+           agent's word; sub1's word; the readiness barrier).
+Each restart is also cut into steps, in seconds from the kill (the engine's events, the
+manager's events and the kernels' timelines): ``died`` (the engine's ``die`` of sub1),
+``reported`` (the session RESTARTING: the agent's reading of the death and the manager's
+judgement), ``word`` (the latest survivor's word given), ``held start`` (the engine's ``start``
+of sub1's container, held), ``sub1 started`` (its new attempt begun: the later of its word and
+its start), ``ready`` (the last kernel's "troupe: ready") and ``running``.
 Prints medians and the ratio restart/fresh (target: <= 0.7) and writes every round to
 bench/results/restarts.json; passes or fails nothing (machines differ, and a shared machine's
 load moves both). Sessions are named ``tbench-*`` and removed on failure or Ctrl-C.
@@ -43,7 +46,8 @@ from common import (
     TroupeServer,
     created,
     destroy_all,
-    docker,
+    docker_socket,
+    engine_events,
     session_until,
     start_server,
     stop_server,
@@ -83,15 +87,18 @@ async def recovery(api: httpx.AsyncClient, sid: str, count: int, o: argparse.Nam
     """Kills sub1's container; seconds until the session is RUNNING with ``count`` restarts."""
     info = (await api.get(f"/sessions/{sid}")).json()
     sub1 = next(k for k in info["kernels"] if k["hostname"] == "sub1")
-    t0 = time.perf_counter()
-    killed = datetime.now(UTC)
-    docker("kill", sub1["container_id"])
+    transport = httpx.AsyncHTTPTransport(uds=docker_socket())
+    async with httpx.AsyncClient(transport=transport, base_url="http://docker") as engine:
+        t0 = time.perf_counter()
+        killed = datetime.now(UTC)
+        r = await engine.post(f"/containers/{sub1['container_id']}/kill", params={"signal": "KILL"})
+        r.raise_for_status()
     deadline = t0 + o.timeout
     while time.perf_counter() < deadline:
         info = (await api.get(f"/sessions/{sid}")).json()
         if info["status"] == "RUNNING" and info["restarts"] == count:
             took = time.perf_counter() - t0
-            o.steps.append(await steps(api, sid, info, killed))
+            o.steps.append(await steps(api, sid, info, killed, sub1["container_id"]))
             return took
         if info["status"] in ("TERMINATED", "ERROR", "CANCELLED"):
             raise RuntimeError(f"restart: {info['status']} {info['status_info']}")
@@ -100,10 +107,18 @@ async def recovery(api: httpx.AsyncClient, sid: str, count: int, o: argparse.Nam
 
 
 async def steps(
-    api: httpx.AsyncClient, sid: str, info: dict[str, Any], killed: datetime
+    api: httpx.AsyncClient, sid: str, info: dict[str, Any], killed: datetime, cid: str
 ) -> dict[str, float]:
     """The restart's steps, seconds from the kill (see the module's docstring)."""
     events = (await api.get(f"/sessions/{sid}/events")).json()
+    since = killed.timestamp() - 1
+    engine = await engine_events(
+        since, time.time(), {"container": [cid], "event": ["die", "start"]}
+    )
+
+    def first(action: str) -> float:
+        at = [e["timeNano"] / 1e9 - killed.timestamp() for e in engine if e["Action"] == action]
+        return min((x for x in at if x > -0.01), default=float("nan"))
 
     def last(status: str) -> float:
         at = [e["at"] for e in events if e["kind"] == "status" and e["status"] == status]
@@ -117,8 +132,10 @@ async def steps(
     survivors = [k for k in kernels if k["hostname"] != "sub1"]
     sub1 = next(k for k in kernels if k["hostname"] == "sub1")
     return {
+        "died": first("die"),
         "reported": last("RESTARTING"),
         "word": max(t(k, "started") for k in survivors),
+        "held start": first("start"),
         "sub1 started": t(sub1, "started"),
         "ready": max(t(k, "ready") for k in kernels),
         "running": last("RUNNING"),

@@ -28,6 +28,19 @@ async def test_running_session_whose_container_vanished_fails(manager: Harness) 
     assert manager.local.session_ids() == {kept["id"]}
 
 
+async def test_a_held_container_is_no_live_kernel_after_a_restart(manager: Harness) -> None:
+    """A failed kernel's container its agent started again, held (docs/policies.md): listed
+    ``held``, it is a kernel that does not run; the session fails and the container goes."""
+    s = await running(manager, "held", cluster_size=2, max_restarts=1)
+    await manager.stop()
+    manager.local.container(s["id"], "sub1").state = "held"
+    await manager.start()
+    s = await manager.wait("held", until="final")
+    assert s["status"] == "ERROR"
+    assert s["status_info"]["kernel"] == "sub1"
+    assert manager.local.session_ids() == set()
+
+
 async def test_running_session_whose_container_stopped_fails(manager: Harness) -> None:
     s = await running(manager, "stopped", cluster_size=2)
     await manager.stop()

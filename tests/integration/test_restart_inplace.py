@@ -1,7 +1,10 @@
 """A restart in place on the real engine (docs/policies.md, "A restart, in place"): the
 surviving kernels' containers are not started again (the same ``State.StartedAt``) while every
 process of their last attempt is gone; the supervising entrypoint passes the command's exit
-code on, lets SIGINT reach it and passes a time limit's SIGTERM to it."""
+code on, lets SIGINT reach it and passes a time limit's SIGTERM to it. The failed kernel's
+container is started again on its death, held (nothing of the kernel runs) until the restart is
+decided: restarted, its attempt's exit code and lines are kept; not restarted, it goes with the
+session."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import time
 
 from tests.conftest import docker
 from tests.integration.test_restarts import batch, c, final, running_again, unique
+from troupe.api.models import SessionInfo
 from troupe.client.sdk import Client
 
 __all__ = ["c"]  # (the fixture, shared with test_restarts)
@@ -99,3 +103,90 @@ def test_time_limit_terms_a_supervised_command(c: Client) -> None:
     # the command took the SIGTERM at once: the grace (120 s) was not waited out
     assert (info.terminated_at - info.started_at).total_seconds() < 60
     assert "got TERM" in list(c.logs(name, container="main1"))
+
+
+def containers(sid: str) -> list[str]:
+    return docker("ps", "-aq", "--filter", f"label=troupe.session={sid}").stdout.split()
+
+
+def test_the_failed_kernel_held_then_restarted_keeps_its_attempt(c: Client) -> None:
+    name = unique("held")
+    command = 'echo "attempt $TROUPE_RESTART_COUNT on $BACKENDAI_CLUSTER_HOST"; sleep 600'
+    c.create_session(batch(name, command, size=2, max_restarts=1, success_policy="all"))
+    before = c.wait_session(name, until="running", timeout=180)
+    assert before.status == "RUNNING", before.status_info
+    sub1 = next(k.container_id or "" for k in before.kernels if k.hostname == "sub1")
+    deadline = time.monotonic() + 30
+    while "attempt 0" not in docker("logs", sub1).stdout and time.monotonic() < deadline:
+        time.sleep(0.2)  # (its command runs once the session is RUNNING)
+    docker("kill", sub1)
+    after = running_again(c, name, 1)
+    assert next(k.container_id for k in after.kernels if k.hostname == "sub1") == sub1
+    failure = after.restart_history[0]
+    assert (failure.kernel, failure.exit_code, failure.attempt) == ("sub1", 137, 0), failure
+    assert "attempt 0 on sub1" in failure.last_logs
+    want = ["[sub1#0] attempt 0 on sub1", "[sub1#1] attempt 1 on sub1"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # (the command starts once RUNNING again)
+        lines = [x for x in c.logs(name, container="sub1") if "attempt" in x]
+        if lines == want:
+            break
+        time.sleep(0.3)
+    assert lines == want
+    code, out = c.exec(name, ["printenv", "TROUPE_RESTART_COUNT"], kernel="sub1")
+    assert (code, out.strip()) == (0, "1"), out
+
+
+def test_a_failure_not_restarted_leaves_no_held_container(c: Client) -> None:
+    """A no-restart exit code, and a failure with no restarts left: the failed kernel's
+    container, started again on its death, goes with the session."""
+    at_once = unique("atonce")
+    c.create_session(
+        batch(at_once, "sleep 600", size=2, max_restarts=2, no_restart_exit_codes=[137])
+    )
+    spent = unique("spent")
+    c.create_session(batch(spent, "sleep 600", size=2, max_restarts=1))
+    for name in (at_once, spent):
+        info = c.wait_session(name, until="running", timeout=180)
+        assert info.status == "RUNNING", info.status_info
+    docker("kill", kernel(c.get_session(at_once), "sub1"))
+    docker("kill", kernel(c.get_session(spent), "sub1"))
+    running_again(c, spent, 1)
+    docker("kill", kernel(c.get_session(spent), "sub1"))
+    info = final(c, at_once)
+    assert (info.status, info.exit_code, info.restarts) == ("ERROR", 137, 0), info
+    assert not containers(info.id)
+    info = final(c, spent)
+    assert (info.status, info.restarts, info.status_info["kernel"]) == ("ERROR", 1, "sub1"), info
+    assert not containers(info.id)
+
+
+def test_destroyed_while_held(c: Client) -> None:
+    """Held while its session is not restarted (here: in a time limit's grace, main1 taking no
+    SIGTERM): sub1's container runs again but nothing of its kernel; the session's end removes
+    it."""
+    name = unique("grace")
+    req = batch(
+        name, "trap '' TERM; sleep 600", size=2, max_restarts=1, time_limit=3, stop_grace=300
+    )
+    info = c.create_session(req)
+    sub1 = kernel(c.wait_session(name, until="running", timeout=180), "sub1")
+    first = started_at(sub1)
+    deadline = time.monotonic() + 60
+    while started_at(sub1) == first and time.monotonic() < deadline:
+        time.sleep(0.2)  # (the time limit's SIGTERM ends sub1; its agent starts it, held)
+    assert started_at(sub1) != first
+    assert docker("inspect", "-f", "{{.State.Running}}", sub1).stdout.strip() == "true"
+    time.sleep(1)
+    procs = commands(sub1)
+    assert not any("sshd" in p or "sleep" in p or "ready.sh" in p for p in procs), procs
+    held = c.get_session(name)
+    assert held.status == "RUNNING" and held.restarts == 0, held
+    assert next(k.status for k in held.kernels if k.hostname == "sub1") == "EXITED"
+    c.destroy_session(name)
+    assert final(c, name).status == "TERMINATED"
+    assert not containers(info.id)
+
+
+def kernel(info: SessionInfo, host: str) -> str:
+    return next(k.container_id or "" for k in info.kernels if k.hostname == host)

@@ -31,6 +31,7 @@ from troupe.agent.engine import own_place, step
 from troupe.agent.events import ExitWatcher
 from troupe.agent.exec import ShellIO
 from troupe.agent.files import discard, kernel_files, peers_started, remove_files
+from troupe.agent.hold import HELD, Holds
 from troupe.agent.images import ImageOps
 from troupe.agent.kernel import (
     KernelLimits,
@@ -124,6 +125,7 @@ class DockerAgent(ImageOps):
         self._since: dict[str, int] = {}
         #: the containers requests may name: this engine's troupe kernels (finding N5)
         self.kernels = Kernels(lambda: self.docker)
+        self.holds = Holds(lambda: self.docker)  # failed kernels' containers started again
         #: ``--gpus`` and ``--nvidia-smi``; what start() found: the GPUs offered, or why none
         self._gpu_choice = gpu_discovery.Choice.parse(gpus)
         self._nvidia_smi = nvidia_smi
@@ -158,7 +160,7 @@ class DockerAgent(ImageOps):
         else:
             log.info("offering no GPUs: %s", self.gpu_reason)
         if on_exit is not None:
-            self._exits = ExitWatcher(docker, on_exit, self.removing.__contains__)
+            self._exits = ExitWatcher(docker, on_exit, self.removing.__contains__, self.holds)
             self._exits.start()
         self._sampler = kmetrics.Sampler(docker, self.metrics_interval, self.gpus, self._nvidia_smi)
         self._sampler.start()  # (samples nothing with an interval of 0)
@@ -302,7 +304,9 @@ class DockerAgent(ImageOps):
                 + (f": {detail}" if detail else ""),
                 kernel=spec.hostname,
             )
-        return restart.started_of(spec, info)
+        started = restart.started_of(spec, info)
+        self.holds.ran(info["Id"], spec.network, started.ip)
+        return started
 
     def restarted(self, container_id: str, fifo: Path | None, started_ns: int) -> None:
         """A container started again: its readiness FIFO, and where its new log begins."""
@@ -351,10 +355,12 @@ class DockerAgent(ImageOps):
         self._since.pop(cid, None)
         self.kernels.forget(cid)
         asyncio.get_running_loop().call_later(REMOVING_SECONDS, self.removing.discard, cid)
+        await self.holds.settle(cid)  # (a held start under way ends first)
         # (kernels never have a TTY: container_config sets none)
         text = await klogs.last_bytes(self.docker, cid, self.saved_log_bytes, tty=False)
         with contextlib.suppress(DockerError):  # already gone: nothing to remove
             await self.docker.containers.container(cid).delete(force=True, v=True)
+        self.holds.forget(cid)  # (its marker goes with its files)
         return text
 
     async def list_kernels(self) -> list[KernelState]:
@@ -369,7 +375,7 @@ class DockerAgent(ImageOps):
                 kernel_id=c["Labels"].get(LABEL_KERNEL) or "",
                 hostname=c["Labels"].get(LABEL_HOSTNAME) or c["Id"][:12],
                 container_id=c["Id"],
-                state=c["State"],
+                state=HELD if self.holds.is_held(c["Id"], c["Names"][0]) else c["State"],
                 gpus=[g for g in (c["Labels"].get(LABEL_GPUS) or "").split(",") if g],
             )
             for c in listed

@@ -4,7 +4,9 @@ A batch kernel finishing, a crash or the OOM killer are only visible here; the m
 of them as :class:`KernelExit` (with the last lines of output to say why). Containers that
 troupe removes die too: the agent skips those it is removing itself (each exit costs an
 inspection, a log read and a transaction of the manager, N of them on every teardown), and
-the manager decides which of the others matter, by the session's state.
+the manager decides which of the others matter, by the session's state. A supervised kernel's
+failure also starts its container again, held (:mod:`troupe.agent.hold`), as soon as the
+engine's report of the death has been read: a held container's own death is no news.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import aiodocker
 from aiodocker.exceptions import DockerError
 
 from troupe.agent.engine import summary
+from troupe.agent.hold import Holds
 from troupe.agent.logs import last_lines
 from troupe.api.agent import LABEL_KERNEL, LABEL_SESSION, ExitHandler, KernelExit
 
@@ -39,11 +42,14 @@ class ExitWatcher:
         docker: aiodocker.Docker,
         on_exit: ExitHandler,
         removing: Callable[[str], bool] = lambda _: False,
+        holds: Holds | None = None,
     ) -> None:
-        """``removing``: whether a container (by id) is being removed by this agent."""
+        """``removing``: whether a container (by id) is being removed by this agent;
+        ``holds``: where failed supervised kernels are started again, held."""
         self._docker = docker
         self._on_exit = on_exit
         self._removing = removing
+        self._holds = holds
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -85,15 +91,31 @@ class ExitWatcher:
                     yield json.loads(line)
 
     async def _handle(self, event: dict[str, Any]) -> None:
-        if self._removing((event.get("Actor") or {}).get("ID") or event.get("id") or ""):
+        actor = event.get("Actor") or {}
+        cid = actor.get("ID") or event.get("id") or ""
+        if self._removing(cid):
             return
-        exit_ = await kernel_exit(self._docker, event)
-        if exit_ is not None:
-            await self._on_exit(exit_)
+        holds = self._holds
+        if holds is not None and holds.is_held(
+            cid, (actor.get("Attributes") or {}).get("name", "")
+        ):
+            return  # (stopped while it waited for its word: its kernel's exit was reported)
+        found = await kernel_exit(self._docker, event)
+        if found is None:
+            return
+        exit_, info = found
+        if holds and info and holds.holds(info, exit_.exit_code, exit_.oom_killed):
+            holds.start(info)
+        await self._on_exit(exit_)
 
 
-async def kernel_exit(docker: aiodocker.Docker, event: dict[str, Any]) -> KernelExit | None:
-    """The exit a ``die`` event of a troupe container reports; None for any other event."""
+async def kernel_exit(
+    docker: aiodocker.Docker, event: dict[str, Any]
+) -> tuple[KernelExit, dict[str, Any] | None] | None:
+    """The exit a ``die`` event of a troupe container reports and the container's inspection
+    after the death (None where it failed); None for any other event. Both are read before
+    anything else is asked of the container (the engine answers nothing of a container while
+    it starts it), at once: each waits for the engine to be done with the death."""
     if event.get("Action") != "die":
         return None
     actor = event.get("Actor") or {}
@@ -103,17 +125,27 @@ async def kernel_exit(docker: aiodocker.Docker, event: dict[str, Any]) -> Kernel
     if not (cid and session_id and kernel_id):
         return None
     oom, error = False, ""
-    with contextlib.suppress(DockerError):
-        state = (await docker.containers.container(cid).show())["State"]
+    info, lines = await asyncio.gather(_inspect(docker, cid), last_lines(docker, cid, LAST_LINES))
+    if info is not None:
+        state = info["State"]
         if state.get("Running"):  # started again since (a restart in place): old news
             return None
         oom = bool(state.get("OOMKilled"))
         error = summary(str(state["Error"])) if state.get("Error") else ""
-    return KernelExit(
+    exit_ = KernelExit(
         session_id=session_id,
         kernel_id=kernel_id,
         exit_code=int(attrs.get("exitCode", -1)),
         oom_killed=oom,
         error=error,
-        last_logs=await last_lines(docker, cid, LAST_LINES),
+        last_logs=lines,
     )
+    return exit_, info
+
+
+async def _inspect(docker: aiodocker.Docker, cid: str) -> dict[str, Any] | None:
+    try:
+        info: dict[str, Any] = await docker.containers.container(cid).show()
+    except DockerError:
+        return None
+    return info

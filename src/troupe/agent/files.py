@@ -137,6 +137,6 @@ def remove_files(session_id: str) -> None:
     created)."""
     with contextlib.suppress(OSError):
         for path in FILES_DIR.glob(f"troupe-{session_id[:12]}-*"):
-            if path.suffix in (".tar", ".events"):
+            if path.suffix in (".tar", ".events", ".held"):
                 with contextlib.suppress(OSError):
                     path.unlink()

@@ -70,6 +70,46 @@ _troupe_sweep() {
   done
 }
 
+# This start of the container: its init's start time (field 22 of /proc/1/stat, builtins only).
+# The supervisor's file names it next to its process id, so that restart.sh never takes the
+# supervisor of an earlier start of this container for this one's (process ids differ).
+_troupe_boot=""
+read -r _troupe_boot < /proc/1/stat 2>/dev/null || :
+_troupe_field20() { _troupe_boot=${20:-}; } # (a function's own arguments: no subshell)
+# shellcheck disable=SC2086
+_troupe_field20 ${_troupe_boot##*) }
+# A supervised kernel whose container is started again (it ran a supervisor before: the agent
+# starts a failed kernel's container at once, before the restart is decided) is held: nothing
+# of the kernel runs (no files unpacked, no sshd, no readiness, no command) until the agent's
+# word, which comes only once the manager restarts the session in place (else the container is
+# removed with the session). The word is the line "restart" on the kernel's FIFO (the agent
+# writes it to its end, bind-mounted, even before this start: no `docker exec`; restart.sh
+# writes it too) or, where there is no FIFO, the file the word leaves (restart.sh). A stop
+# meanwhile ends the container at once.
+if [ "$_troupe_supervised" = 1 ] && [ -e "$_troupe_run/supervisor" ]; then
+  [ -e "$_troupe_run/restart" ] && rm -f "$_troupe_run/restart" # (of an earlier start)
+  echo "$$ $_troupe_boot" > "$_troupe_run/supervisor"
+  : > "$_troupe_run/held"
+  _troupe_fifo=0
+  if [ -p "$_troupe_run/events" ] && [ -r "$_troupe_run/events" ] && [ -w "$_troupe_run/events" ]; then
+    exec 8<> "$_troupe_run/events" && _troupe_fifo=1
+  fi
+  while [ ! -e "$_troupe_run/restart" ]; do
+    [ -z "$_troupe_sig" ] || exit "$_troupe_sig"
+    if [ "$_troupe_fifo" = 1 ]; then
+      _troupe_line=""
+      read -r _troupe_line <&8 || :      # (a signal ends the wait: checked above)
+      [ "$_troupe_line" = restart ] && break
+    else
+      sleep 0.05 2>/dev/null || sleep 1 # (polled: the word leaves its file)
+    fi
+  done
+  [ "$_troupe_fifo" = 1 ] && exec 8<&-
+  _troupe_word=""
+  [ -e "$_troupe_run/restart" ] && { read -r _troupe_word < "$_troupe_run/restart" || :; }
+  _troupe_sweep "${_troupe_word%% *}" # (the marks go with the round's markers)
+fi
+
 # One attempt per round (one round unless supervised; the body, the rest of this script, is not
 # indented).
 while :; do
@@ -82,13 +122,17 @@ fi
 if [ -f "$_troupe_conf/kernel.conf" ]; then . "$_troupe_conf/kernel.conf"; fi
 [ -d "$_troupe_run" ] || mkdir -p "$_troupe_run"
 # A restart in place starts this container again: the last start's markers are old news (a
-# test per marker: no process where there is nothing to remove, as on a first start).
-# (and an attempt in place: this container's last attempt's; the old sshd's PID file too)
-for _troupe_f in started go sshd ready.err restart /run/sshd-troupe.pid; do
+# test per marker, one `rm` for all: no process where there is nothing to remove, as on a first
+# start). (and an attempt in place: this container's last attempt's; the old sshd's PID file
+# too; the word's marks)
+_troupe_old=""
+for _troupe_f in started go sshd ready.err restart held /run/sshd-troupe.pid; do
   case $_troupe_f in /*) ;; *) _troupe_f="$_troupe_run/$_troupe_f" ;; esac
-  [ -e "$_troupe_f" ] && rm -f "$_troupe_f"
+  [ -e "$_troupe_f" ] && _troupe_old="$_troupe_old $_troupe_f"
 done
-if [ "$_troupe_supervised" = 1 ]; then echo "$$" > "$_troupe_run/supervisor"; fi
+# shellcheck disable=SC2086
+[ -z "$_troupe_old" ] || rm -f $_troupe_old
+if [ "$_troupe_supervised" = 1 ]; then echo "$$ $_troupe_boot" > "$_troupe_run/supervisor"; fi
 # sh: the image's, else the runtime's; the login shell (and ready.sh's): bash where there is one
 _troupe_sh=/bin/sh
 if [ ! -x /bin/sh ] && [ -n "$_troupe_rt" ]; then _troupe_sh="$_troupe_rt/bin/sh"; fi
