@@ -4,6 +4,7 @@ network namespace talking to that host's dockerd)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -137,15 +138,28 @@ class Cluster:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
 
+    def destroy_sessions(self) -> None:
+        c = self.server.client()
+        for s in c.list_sessions():
+            c.destroy_session(s.id)
+
+    def revive(self) -> None:
+        """Starts again each agent that is not running (killed by a test, or ended with a
+        rebuilt bed) and waits until every agent is ALIVE."""
+        for i in range(1, N + 1):
+            p = self.agents.get(i)
+            if p is None or p.poll() is not None:
+                self.start_agent(i)
+        self.server.wait_agents({f"tt{i}": "ALIVE" for i in range(1, N + 1)})
+
     def stop(self) -> None:
         """Destroys every session, then ends the agents and the manager."""
         try:
-            c = self.server.client()
-            for s in c.list_sessions():
-                c.destroy_session(s.id)
+            self.destroy_sessions()
         finally:
             for i in list(self.agents):
-                os.killpg(self.agents[i].pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):  # (a bed's down ends them too)
+                    os.killpg(self.agents[i].pid, signal.SIGTERM)
                 self.agents.pop(i).wait(30)
             stop_server(self.server)
 
@@ -164,6 +178,17 @@ def start_cluster(tmp: Path) -> Cluster:
         cl.stop()
         raise
     return cl
+
+
+#: The manager and agents that the modules on the bed with images share (see conftest).
+SHARED: dict[str, Cluster] = {}
+
+
+def stop_shared() -> None:
+    """Ends the shared manager and agents, if started (before the bed goes)."""
+    cl = SHARED.pop("cluster", None)
+    if cl is not None:
+        cl.stop()
 
 
 def start(c: Client, req: SessionCreate) -> None:

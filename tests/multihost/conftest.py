@@ -1,9 +1,10 @@
 """One multi-host test bed (scripts/testbed.sh) for all of ``tests/multihost``: brought up by
 the first module that needs it, removed after the package's last test (also when a test fails
-or the run is interrupted). Each module starts from a clean state: its own manager and agents
-(a fresh database and settings; agents a test killed are gone with them), the bed checked and
-repaired before it (``up`` is a no-op on a healthy bed and rebuilds a broken one), and every
-session's containers and networks gone from every host after it.
+or the run is interrupted). Each module starts from a clean state: the bed checked and repaired
+before it (``up`` is a no-op on a healthy bed and rebuilds a broken one), every agent running
+and ALIVE (one a test killed is started again), and every session's containers and networks
+gone from every host after it. The modules on the bed with images share one manager and its
+agents (none of them changes the manager's settings); the registry module has its own.
 
 Order: the registry module first (its hosts must pull, so it needs a bed without copied
 images; the next module's ``up`` loads them), ``test_testbed`` last (its last test kills a
@@ -21,12 +22,14 @@ import pytest
 from tests.conftest import BASE_IMAGE, DOCKER, TORCH_IMAGE
 from tests.multihost.bed import (
     NEIGH,
+    SHARED,
     Before,
     Cluster,
     clean_hosts,
     ensure_bed,
     host_containers,
     start_cluster,
+    stop_shared,
     tb,
 )
 
@@ -58,7 +61,10 @@ def testbed() -> Iterator[Before]:
     try:
         yield before
     finally:
-        r = tb("down", TB_FAST="1")
+        try:
+            stop_shared()
+        finally:
+            r = tb("down", TB_FAST="1")
         print(f"final TB_FAST=1 down: {r.stdout}{r.stderr}")
 
 
@@ -66,13 +72,20 @@ def testbed() -> Iterator[Before]:
 def cluster(
     testbed: Before, tmp_path_factory: pytest.TempPathFactory, docker_engine: None
 ) -> Iterator[Cluster]:
-    """The module's manager and agents on the shared bed (with troupe/base and troupe/pytorch)."""
+    """The manager and agents on the bed with troupe/base and troupe/pytorch, shared by the
+    modules that use them (none changes the manager's settings): started by the first, each
+    agent a module's test killed started again (and all ALIVE) before the next."""
     ensure_bed(f"{BASE_IMAGE} {TORCH_IMAGE}")
-    cl = start_cluster(tmp_path_factory.mktemp("multihost"))
+    cl = SHARED.get("cluster")
+    if cl is not None and cl.server.proc.poll() is None:
+        cl.revive()
+    else:
+        stop_shared()
+        cl = SHARED["cluster"] = start_cluster(tmp_path_factory.mktemp("multihost"))
     try:
         yield cl
     finally:
         try:
-            cl.stop()
+            cl.destroy_sessions()
         finally:
             clean_hosts()

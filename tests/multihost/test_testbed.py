@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BASE_IMAGE, DOCKER, ROOT
-from tests.multihost.bed import NEIGH, Before, ensure_bed, host_containers
+from tests.multihost.bed import NEIGH, Before, ensure_bed, host_containers, stop_shared
 
 pytestmark = pytest.mark.docker
 
@@ -106,7 +106,8 @@ def leftovers() -> list[str]:
 
 @pytest.fixture(scope="module")
 def bed(testbed: Before) -> Before:
-    """The shared bed with its default images; the host as it was before it."""
+    """The shared bed with its default images, no agent on it; the host as it was before."""
+    stop_shared()
     ensure_bed("troupe/base:0.1.0")  # (the script's default TB_IMAGES)
     return testbed
 
