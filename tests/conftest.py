@@ -245,9 +245,11 @@ def docker_engine() -> None:
             pytest.fail(f"image {image} missing; run scripts/setup.sh first")
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[Server]:
-    s = start_server(tmp_path_factory.mktemp("troupe-server"))
+@contextlib.contextmanager
+def serving(tmp: Path, *extra: str) -> Iterator[Server]:
+    """A server (``start_server``) whose sessions are destroyed at the end; fails when any of
+    them left a container or network behind."""
+    s = start_server(tmp, *extra)
     try:
         yield s
     finally:
@@ -267,3 +269,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Ite
         ]
         remove_leftovers(ids)
         assert not leaked, f"containers or networks of sessions {leaked} were left behind"
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[Server]:
+    with serving(tmp_path_factory.mktemp("troupe-server")) as s:
+        yield s

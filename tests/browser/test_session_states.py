@@ -10,17 +10,33 @@ is docs/webui.png."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, Response, expect
+from playwright.sync_api import Browser, Page, Response, expect
 
 from tests.browser.conftest import Web
-from tests.conftest import BASE_IMAGE, Server
+from tests.conftest import BASE_IMAGE, Server, serving
 from troupe.api.models import Resources, SessionCreate
 from troupe.api.roles import RoleSpec
 
 pytestmark = pytest.mark.docker
 CLOCK = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")
+
+
+@pytest.fixture
+def sampled(browser: Browser, tmp_path: Path, docker_engine: None) -> Iterator[Web]:
+    """A signed-in context on a server of its own whose agent samples every second (5 s by
+    default): a running page's charts have their points within seconds. (The module's server
+    keeps 5 s: its short session ends before the first sample.)"""
+    with serving(tmp_path, "--metrics-interval", "1") as s:
+        w = Web(browser, s)
+        try:
+            w.sign_in(s.key)
+            yield w
+        finally:
+            w.close()
 
 
 def no_live_controls(page: Page) -> None:
@@ -65,8 +81,9 @@ def test_a_short_finished_session_shows_its_history_only(web: Web, server: Serve
     web.audit("terminal-finished")
 
 
-def test_a_session_that_ends_while_open_loses_its_live_controls(web: Web, server: Server) -> None:
-    c = server.client()
+def test_a_session_that_ends_while_open_loses_its_live_controls(sampled: Web) -> None:
+    web = sampled
+    c = web.server.client()
     req = SessionCreate(
         name="ending",
         image=BASE_IMAGE,

@@ -475,8 +475,9 @@ def test_kernel_that_dies_at_start_fails_the_session(server: Server, test_images
 def test_engine_stopped_during_creation(tmp_path: Path, proxy: EngineProxy) -> None:
     """The engine stops while kernels are being started: the session fails at once naming the
     step; what it had on the engine is removed by the orphan sweep once the engine is back
-    (every 60 s); the manager then creates sessions and sees kernel exits again."""
-    srv = serve(tmp_path, docker_host=proxy.url)
+    (every ``--sweep-interval``: 60 s, here 5); the manager then creates sessions and sees
+    kernel exits again."""
+    srv = serve(tmp_path, "--sweep-interval", "5", docker_host=proxy.url)
     with cleaned(lambda: srv):
         c = srv.client()
         proxy.hold(r"^POST /[^ ]*containers/[0-9a-f]+/start")

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -104,18 +105,19 @@ def test_tf_config_cluster_resolver(server: Server, tf_image: str) -> None:
         }
         tasks = {"main1": ("chief", 0), "ps1": ("ps", 0), "worker1": ("worker", 0)}
         tasks["worker2"] = ("worker", 1)
-        for host in HOSTS:
-            code, out = c.exec(name, ["python3", "-c", RESOLVE], kernel=host)
+        # each kernel's own exec, and worker2 once more over SSH from main1 as a launcher
+        # would start each task; all at once (each imports TensorFlow: seconds of CPU)
+        ssh = ["sh", "-c", f"ssh worker2 /opt/venv/bin/python3 - <<'EOF'\n{RESOLVE}EOF"]
+        runs = [(host, ["python3", "-c", RESOLVE]) for host in HOSTS] + [("main1", ssh)]
+        with ThreadPoolExecutor(len(runs)) as pool:
+            outs = list(pool.map(lambda r: c.exec(name, r[1], kernel=r[0]), runs))
+        for host, (code, out) in zip(HOSTS, outs, strict=False):
             assert code == 0, (host, out)
             got = json.loads(out.strip().splitlines()[-1])
             assert got["cluster"] == cluster, host
             assert (got["type"], got["id"]) == tasks[host], host
             assert got["master"] == "grpc://main1:29500", host
-        # and over SSH from main1, as a launcher would start each task
-        code, out = c.exec(
-            name,
-            ["sh", "-c", f"ssh worker2 /opt/venv/bin/python3 - <<'EOF'\n{RESOLVE}EOF"],
-        )
+        code, out = outs[-1]
         assert code == 0, out
         got = json.loads(out.strip().splitlines()[-1])
         assert (got["type"], got["id"]) == ("worker", 1)

@@ -13,15 +13,13 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
-from tests.conftest import TORCH_IMAGE
-from tests.multihost import test_multihost_sessions as bed
-from tests.multihost.test_multihost_sessions import ONE_PER_HOST, Cluster, node_docker, start
 from websockets.sync.client import connect
 
+from tests.conftest import TORCH_IMAGE
+from tests.multihost.bed import ONE_PER_HOST, Cluster, node_docker, start
 from troupe.api.models import SessionCreate
 
 pytestmark = pytest.mark.docker
-cluster = bed.cluster  # (the bed of the multi-host tests: a fixture, shared this way)
 CELL = (
     "import os, socket, subprocess\n"
     "print(socket.gethostname(), os.environ['BACKENDAI_CLUSTER_HOSTS'])\n"

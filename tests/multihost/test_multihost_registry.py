@@ -4,17 +4,23 @@ hosts after a pull on each (one per host, with progress), the CA installed by th
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.conftest import start_server, stop_server
-from tests.multihost.test_multihost_sessions import ONE_PER_HOST, TOKEN, Cluster, N, node_docker, tb
-from tests.registry_fixture import PASSWORD, USER, LocalRegistry, start_registry
 
+from tests.multihost.bed import (
+    ONE_PER_HOST,
+    Before,
+    Cluster,
+    N,
+    clean_hosts,
+    ensure_bed,
+    node_docker,
+    start_cluster,
+)
+from tests.registry_fixture import PASSWORD, USER, LocalRegistry, start_registry
 from troupe.api.models import SessionCreate
 
 pytestmark = pytest.mark.docker
@@ -22,48 +28,25 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture(scope="module")
 def bed(
-    tmp_path_factory: pytest.TempPathFactory, docker_engine: None
+    testbed: Before, tmp_path_factory: pytest.TempPathFactory, docker_engine: None
 ) -> Iterator[tuple[Cluster, LocalRegistry]]:
-    up = tb("up", str(N), TB_IMAGES="")  # no images copied: the hosts pull
-    assert up.returncode == 0, up.stdout + up.stderr
+    """The shared bed without copied images (its first module: see conftest), a registry on
+    the bed's bridge and the module's own manager and agents."""
+    ensure_bed("")  # no images copied: the hosts pull
     tmp = tmp_path_factory.mktemp("multihost-registry")
+    reg = start_registry(tmp / "registry", address="10.123.0.1")
     try:
-        reg = start_registry(tmp / "registry", address="10.123.0.1")
-    except BaseException:
-        tb("down", TB_FAST="1")
-        raise
-    try:
-        server = start_server(
-            tmp,
-            "--no-local-agent",
-            "--agent-token",
-            TOKEN,
-            "--agent-timeout",
-            "4",
-            host="10.123.0.1",
-        )
-    except BaseException:
-        reg.close()
-        tb("down", TB_FAST="1")
-        raise
-    cl = Cluster(server, tmp / "shared-data", tmp)
-    try:
-        for i in range(1, N + 1):
-            cl.start_agent(i)
-        server.wait_agents({f"tt{i}": "ALIVE" for i in range(1, N + 1)})
-        yield cl, reg
-    finally:
+        cl = start_cluster(tmp)
         try:
-            c = server.client()
-            for s in c.list_sessions():
-                c.destroy_session(s.id)
+            yield cl, reg
         finally:
-            for i in list(cl.agents):
-                os.killpg(cl.agents[i].pid, signal.SIGTERM)
-                cl.agents[i].wait(30)
-            stop_server(server)
-            reg.close()
-            tb("down", TB_FAST="1")
+            cl.stop()
+    finally:
+        reg.close()
+        for i in range(1, N + 1):  # what the hosts pulled: the next module starts without it
+            for ref in reg.images:
+                node_docker(i, "image", "rm", "-f", ref)
+        clean_hosts()
 
 
 def test_hosts_pull_from_the_registry(bed: tuple[Cluster, LocalRegistry], tmp_path: Path) -> None:

@@ -8,20 +8,18 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from tests.conftest import BASE_IMAGE
-from tests.multihost import test_multihost_sessions as bed
-from tests.multihost.test_multihost_sessions import (
+from tests.multihost.bed import (
     ONE_PER_HOST,
     Cluster,
     node_docker,
     start,
     wait_no_kernels,
 )
-
 from troupe.api.models import SessionCreate
 
 pytestmark = pytest.mark.docker
-cluster = bed.cluster  # (the bed of the multi-host tests: a fixture, shared this way)
 
 
 def test_agent_lost_while_restarting_places_the_session_again(cluster: Cluster) -> None:

@@ -8,15 +8,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from tests.conftest import BASE_IMAGE, TORCH_IMAGE
-from tests.multihost import test_multihost_sessions as bed
-from tests.multihost.test_multihost_sessions import Cluster, start
 
+from tests.conftest import BASE_IMAGE, TORCH_IMAGE
+from tests.multihost.bed import Cluster, start
 from troupe.api.models import Resources, RoleSpec, SessionCreate
 from troupe.api.roles import RoleResources
 
 pytestmark = pytest.mark.docker
-cluster = bed.cluster  # (the bed of the multi-host tests: a fixture, shared this way)
 MIB = 1024**2
 
 

@@ -7,130 +7,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.conftest import (
-    BASE_IMAGE,
-    DOCKER,
-    ROOT,
-    TORCH_IMAGE,
-    Server,
-    start_server,
-    stop_server,
-)
 
+from tests.conftest import BASE_IMAGE, ROOT, TORCH_IMAGE
+from tests.multihost.bed import ONE_PER_HOST, Cluster, N, node_docker, start, wait_no_kernels
 from troupe.api.models import Mount, Resources, SessionCreate, SessionInfo
 from troupe.client.sdk import Client, TroupeError
 
 pytestmark = pytest.mark.docker
-SCRIPT = ROOT / "scripts" / "testbed.sh"
-TOKEN = "multihost-token"
-N = 3
-ONE_PER_HOST = Resources(cpu=0.75, mem=512 * 1024**2)  # agents offer 1 core each
-
-
-def tb(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", str(SCRIPT), *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
-def node_docker(i: int, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [DOCKER, "-H", f"unix:///run/troupe-tb/tt{i}/docker.sock", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-class Cluster:
-    def __init__(self, server: Server, data_root: Path, log_dir: Path) -> None:
-        self.server, self.data_root, self.log_dir = server, data_root, log_dir
-        self.agents: dict[int, subprocess.Popen[bytes]] = {}
-
-    def start_agent(self, i: int) -> None:
-        port = 6011
-        with open(self.log_dir / f"agent-tt{i}.log", "ab") as out:
-            self.agents[i] = subprocess.Popen(
-                [
-                    "bash",
-                    str(SCRIPT),
-                    "exec",
-                    str(i),
-                    sys.executable,
-                    "-m",
-                    "troupe",
-                    "agent",
-                    "--manager",
-                    self.server.url,
-                    "--token",
-                    TOKEN,
-                    "--listen",
-                    f"10.123.0.{10 + i}:{port}",
-                    "--name",
-                    f"tt{i}",
-                    "--docker-host",
-                    f"unix:///run/troupe-tb/tt{i}/docker.sock",
-                    "--cpu",
-                    "1",
-                    "--mem",
-                    "3g",
-                    "--data-root",
-                    str(self.data_root),
-                    "--heartbeat",
-                    "0.5",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def kill_agent(self, i: int) -> None:
-        p = self.agents.pop(i)
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[Cluster]:
-    up = tb("up", str(N), TB_IMAGES=f"{BASE_IMAGE} {TORCH_IMAGE}")
-    assert up.returncode == 0, up.stdout + up.stderr
-    tmp = tmp_path_factory.mktemp("multihost")
-    server = start_server(
-        tmp, "--no-local-agent", "--agent-token", TOKEN, "--agent-timeout", "4", host="10.123.0.1"
-    )
-    cl = Cluster(server, tmp / "shared-data", tmp)
-    try:
-        for i in range(1, N + 1):
-            cl.start_agent(i)
-        cl.server.wait_agents({f"tt{i}": "ALIVE" for i in range(1, N + 1)})
-        yield cl
-    finally:
-        try:
-            c = server.client()
-            for s in c.list_sessions():
-                c.destroy_session(s.id)
-        finally:
-            for i in list(cl.agents):
-                os.killpg(cl.agents[i].pid, signal.SIGTERM)
-                cl.agents[i].wait(30)
-            stop_server(server)
-            tb("down", TB_FAST="1")
-
-
-def start(c: Client, req: SessionCreate) -> None:
-    c.create_session(req)
-    info = c.wait_session(req.name, timeout=240)
-    assert info.status == "RUNNING", info.status_info
 
 
 def test_agents_report_swarm_and_capacity(cluster: Cluster) -> None:
@@ -288,13 +175,6 @@ def start_spanning(c: Client, name: str, node: int) -> tuple[SessionInfo, str]:
     )
     info = c.get_session(name)
     return info, next(k.hostname for k in info.kernels if k.agent == f"tt{node}")
-
-
-def wait_no_kernels(node: int, session_id: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while node_docker(node, "ps", "-aq", "--filter", f"label=troupe.session={session_id}").stdout:
-        assert time.monotonic() < deadline, f"orphaned kernel on tt{node}"
-        time.sleep(0.2)
 
 
 def test_lost_agent_fails_its_session_and_leaves_no_orphans(cluster: Cluster) -> None:

@@ -1,26 +1,27 @@
 """The multi-host test bed (scripts/testbed.sh): 3 simulated hosts, one dockerd each, one swarm.
 
-Needs root and the host engine with troupe/base (scripts/setup.sh). The module builds the bed
-once and always removes it at the end (``TB_FAST=1 down``), also when a test fails. The last test
-kills a node's dockerd and checks that a graceful ``down`` still leaves nothing behind.
+Needs root and the host engine with troupe/base (scripts/setup.sh). The module uses the bed of
+all multi-host tests (conftest: removed at the end with ``TB_FAST=1 down``, also when a test
+fails) and runs after the other modules: its last test kills a node's dockerd and checks that a
+graceful ``down`` still leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import glob
 import itertools
-import json
 import os
 import re
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from tests.conftest import BASE_IMAGE, DOCKER, ROOT
+from tests.multihost.bed import NEIGH, Before, ensure_bed, host_containers, stop_shared
 
 pytestmark = pytest.mark.docker
 
@@ -31,14 +32,7 @@ NET = "tt-test-net"
 #: container name suffix -> node index
 KERNELS = {"main1": 1, "sub1": 2, "sub2": 3}
 NUL = bytes(1)
-#: P15: the neighbour table's limits the bed raises (IPv4; IPv6 alike), and what they are at least
-NEIGH = {
-    f"/proc/sys/net/ipv4/neigh/default/{k}": v
-    for k, v in (("gc_thresh2", 8192), ("gc_thresh3", 16384))
-}
 NEIGH_SAVED = Path("/run/troupe-tb.neigh")
-#: their values before the bed (read by the ``bed`` fixture)
-NEIGH_BEFORE: dict[str, int] = {}
 
 
 def node_ip(i: int) -> str:
@@ -78,21 +72,6 @@ def host_docker(*args: str) -> str:
     ).stdout
 
 
-def host_containers() -> dict[str, tuple[str, bool]]:
-    """Host engine containers: id -> (StartedAt, Running)."""
-    ids = host_docker("ps", "-aq", "--no-trunc").split()
-    if not ids:
-        return {}
-    r = subprocess.run(
-        [DOCKER, "inspect", *ids], capture_output=True, text=True, check=False, timeout=60
-    )
-    out: dict[str, tuple[str, bool]] = {}
-    for c in json.loads(r.stdout or "[]"):  # containers may vanish meanwhile (other tests)
-        st = c["State"]
-        out[c["Id"]] = (st["StartedAt"], st["Running"])
-    return out
-
-
 def pidfile(i: int) -> int:
     return int(Path(f"/run/troupe-tb/tt{i}/docker.pid").read_text().strip())
 
@@ -126,24 +105,11 @@ def leftovers() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def bed() -> Iterator[dict[str, tuple[str, bool]]]:
-    """A 3-node bed; yields the host engine's containers as they were before."""
-    if os.geteuid() != 0:
-        pytest.fail("the multi-host test bed needs root")
-    img = subprocess.run([DOCKER, "image", "inspect", BASE_IMAGE], capture_output=True)
-    if img.returncode != 0:
-        pytest.fail(f"image {BASE_IMAGE} missing on the host engine; run scripts/setup.sh first")
-    before = host_containers()
-    NEIGH_BEFORE.update({f: int(Path(f).read_text()) for f in NEIGH})
-    try:
-        t = time.monotonic()
-        r = tb("up", str(N))
-        print(f"testbed up {N}: {time.monotonic() - t:.2f} s\n{r.stdout}")
-        assert r.returncode == 0, f"up failed:\n{r.stdout}\n{r.stderr}"
-        yield before
-    finally:
-        r = tb("down", env={"TB_FAST": "1"})
-        print(f"final TB_FAST=1 down: {r.stdout}{r.stderr}")
+def bed(testbed: Before) -> Before:
+    """The shared bed with its default images, no agent on it; the host as it was before."""
+    stop_shared()
+    ensure_bed("troupe/base:0.1.0")  # (the script's default TB_IMAGES)
+    return testbed
 
 
 def test_three_nodes_ready_in_one_swarm(bed: object) -> None:
@@ -167,10 +133,10 @@ def test_three_nodes_ready_in_one_swarm(bed: object) -> None:
         assert nd(i, "image", "inspect", "-f", "{{.Id}}", BASE_IMAGE).strip() == host_id
 
 
-def test_neighbour_table_limits_raised_while_up(bed: object) -> None:
+def test_neighbour_table_limits_raised_while_up(bed: Before) -> None:
     # P15: the nodes share the host's one neighbour table (a 64-kernel session needs 4032)
     for f, least in NEIGH.items():
-        assert int(Path(f).read_text()) == max(least, NEIGH_BEFORE[f])
+        assert int(Path(f).read_text()) == max(least, bed.neigh[f])
 
 
 def test_status_env_and_exec(bed: object) -> None:
@@ -256,7 +222,7 @@ def test_up_again_is_a_fast_no_op(bed: object) -> None:
     assert [pidfile(i) for i in range(1, N + 1)] == pids
 
 
-def test_down_after_crash_leaves_nothing(bed: dict[str, tuple[str, bool]]) -> None:
+def test_down_after_crash_leaves_nothing(bed: Before) -> None:
     # a container without --init on node 2, then node 2's dockerd dies: its shim and the
     # container's processes stay behind (P5, P6)
     nd(2, "run", "-d", "--name", "tt-test-crash", BASE_IMAGE, "sleep", "300")
@@ -266,7 +232,7 @@ def test_down_after_crash_leaves_nothing(bed: dict[str, tuple[str, bool]]) -> No
     print(f"testbed down (graceful, one dockerd killed): {time.monotonic() - t:.2f} s {r.stdout}")
     assert r.returncode == 0, r.stdout + r.stderr
     assert leftovers() == []
-    assert {f: int(Path(f).read_text()) for f in NEIGH} == NEIGH_BEFORE  # P15: put back
+    assert {f: int(Path(f).read_text()) for f in NEIGH} == bed.neigh  # P15: put back
     r = tb("status")
     assert r.returncode == 1 and "no test bed" in r.stdout
     r = tb("down")
@@ -276,6 +242,6 @@ def test_down_after_crash_leaves_nothing(bed: dict[str, tuple[str, bool]]) -> No
     info = host_docker("info")
     assert "Swarm: inactive" in info
     after = host_containers()
-    for cid, state in bed.items():
+    for cid, state in bed.containers.items():
         if cid in after:
             assert after[cid] == state, f"host container {cid[:12]} changed"

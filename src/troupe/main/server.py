@@ -122,6 +122,12 @@ def run(
     reap_interval: Annotated[
         float, typer.Option(min=0.1, help="seconds between checks of time limits and idleness")
     ] = 5.0,
+    sweep_interval: Annotated[
+        float,
+        typer.Option(
+            min=1.0, help="seconds between sweeps for containers and networks of ended sessions"
+        ),
+    ] = 60.0,
     agent_ca: Annotated[
         Path | None, typer.Option(help="CA file to verify agents that serve HTTPS")
     ] = None,
@@ -227,6 +233,7 @@ def run(
             idle_cpu=idle_cpu,
             idle_gpu=idle_gpu,
             reap_interval=reap_interval,
+            sweep_interval=sweep_interval,
             agent_ca_file=agent_ca,
             metrics_token_file=metrics_token_file,
             app_domain=app_domain,
