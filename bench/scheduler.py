@@ -81,7 +81,8 @@ def old_scheduler(rev: str) -> types.ModuleType:
     with ``schedule`` (``scheduler_backlog`` where the revision has it, else ``scheduler``),
     its sibling modules loaded from the same revision under other names."""
     mod = types.ModuleType("old_scheduler")
-    for name in ("scheduler", "scheduler_pool", "scheduler_backlog"):
+    names = ("scheduler", "scheduler_pool", "scheduler_queues", "scheduler_backlog")
+    for name in names:
         try:
             src = subprocess.run(
                 ["git", "show", f"{rev}:src/troupe/manager/{name}.py"],
@@ -90,8 +91,10 @@ def old_scheduler(rev: str) -> types.ModuleType:
                 check=True,
             ).stdout
         except subprocess.CalledProcessError:
+            if name == "scheduler_queues":
+                continue  # before the dead queues' index
             break  # before the backlog: one module
-        for sibling in ("scheduler_backlog", "scheduler_pool", "scheduler"):
+        for sibling in reversed(names):  # the longer names first: "scheduler" prefixes all
             src = src.replace(f"troupe.manager.{sibling}", f"old_{sibling}")
         mod = types.ModuleType(f"old_{name}")
         sys.modules[mod.__name__] = mod
@@ -104,7 +107,7 @@ def old_scheduler(rev: str) -> types.ModuleType:
 def convert(objs: list[Any], cls: Any, part: Any) -> list[Any]:
     out = []
     for o in objs:
-        kw = {f.name: getattr(o, f.name) for f in fields(o)}
+        kw = {f.name: getattr(o, f.name) for f in fields(o) if f.init}
         if "parts" in kw:
             kw["parts"] = tuple(part(*p) for p in kw["parts"])
         out.append(cls(**kw))

@@ -80,6 +80,10 @@ class Part(NamedTuple):
     gpu: int = 0
 
 
+#: (group, mode, size, cpu, mem, gpu, parts): a :class:`Request`'s group and fit
+QueueKey = tuple[str, str, int, float, int, int, tuple[Part, ...]]
+
+
 @dataclass(frozen=True)
 class Request:
     """A pending session: ``size`` kernels of (cpu, mem, gpu) each."""
@@ -97,6 +101,13 @@ class Request:
     #: Roles whose kernels differ, in rank order (``size`` is their total); empty: ``size``
     #: kernels of (cpu, mem, gpu) each.
     parts: tuple[Part, ...] = ()
+    #: The queue it waits in: its group and what sets its fit apart (equal keys, equal fit
+    #: and equal why-pending reports). Made once: a backlog built afresh reads 100,000 of them.
+    key: QueueKey = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        key = (self.group, self.mode, self.size, self.cpu, self.mem, self.gpu, self.parts)
+        object.__setattr__(self, "key", key)
 
     def kernel_shapes(self) -> list[Part]:
         """Each kernel's shape by rank (``kernels`` 1), named ``<role><idx>`` when roles."""
