@@ -31,9 +31,30 @@ Shape = tuple[str, int, float, int, int, tuple[Part, ...]]
 Entry = tuple[float, str]
 
 
+#: free memory's levels: each spans ``2**LEVEL_BITS`` binary orders of magnitude (fewer
+#: levels: fewer bisections per search, longer walks in the request's own level)
+LEVEL_BITS = 2
+
+
 def _level(mem: float) -> int:
-    """Free memory's binary order of magnitude: level ``L`` holds [2**(L-1), 2**L) bytes."""
-    return int(mem).bit_length() if mem > 0 else 0
+    """Free memory's level: more memory, the same level or a higher one."""
+    return int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0
+
+
+def _move(entries: list[Entry], old: Entry, new: Entry) -> None:
+    """``old`` becomes ``new`` in the sorted ``entries`` (a hold: ``new`` comes before, found
+    by a shorter bisection; in place when nothing is between them)."""
+    i = bisect_left(entries, old)
+    if new <= old:
+        j = bisect_left(entries, new, 0, i)
+        if j == i:
+            entries[i] = new
+        else:
+            del entries[i]
+            entries.insert(j, new)
+    else:
+        del entries[i]
+        insort(entries, new)
 
 
 def shape_of(req: Request) -> Shape:
@@ -133,33 +154,38 @@ class Pool:
         """With this much more in use on ``agent_id`` (the hot path of a pass: every placement
         moves its agents in the sorted lists)."""
         f = self.free[agent_id]
-        old = (f[0], agent_id)
-        old_level, old_gpu = _level(f[1]), int(f[2])
+        old_cpu, old_mem, old_gpu = f
         u, a = self.used[agent_id], self.base[agent_id]
         u[0], u[1], u[2] = u[0] + cpu, u[1] + mem, u[2] + gpu
-        total = self.total_cpu - max(f[0], 0.0)
-        f[0], f[1], f[2] = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
-        self.total_cpu = total + max(f[0], 0.0)
-        new = (f[0], agent_id)
-        level, free_gpu = _level(f[1]), int(f[2])
+        total = self.total_cpu - max(old_cpu, 0.0)
+        f[0], f[1], f[2] = new_cpu, new_mem, new_gpu = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
+        self.total_cpu = total + max(new_cpu, 0.0)
+        old, new = (old_cpu, agent_id), (new_cpu, agent_id)
+        old_level = int(old_mem).bit_length() >> LEVEL_BITS if old_mem > 0 else 0
+        level = int(new_mem).bit_length() >> LEVEL_BITS if new_mem > 0 else 0
         by_mem = self.by_mem
-        bucket = by_mem[old_level]
-        del bucket[bisect_left(bucket, old)]
-        if not bucket:  # searches walk the buckets: no empty ones
-            del by_mem[old_level]
-        insort(by_mem.setdefault(level, []), new)
+        if level == old_level:
+            _move(by_mem[level], old, new)
+        else:
+            bucket = by_mem[old_level]
+            del bucket[bisect_left(bucket, old)]
+            if not bucket:  # searches walk the buckets: no empty ones
+                del by_mem[old_level]
+            insort(by_mem.setdefault(level, []), new)
+        old_gpu, free_gpu = int(old_gpu), int(new_gpu)
         if old_gpu > 0 or free_gpu > 0:
             by_gpu = self.by_gpu
-            if old_gpu > 0:
-                bucket = by_gpu[old_gpu]
-                del bucket[bisect_left(bucket, old)]
-                if not bucket:
-                    del by_gpu[old_gpu]
-            if free_gpu > 0:
-                insort(by_gpu.setdefault(free_gpu, []), new)
-        by_cpu = self.by_cpu
-        del by_cpu[bisect_left(by_cpu, old)]
-        insort(by_cpu, new)
+            if old_gpu == free_gpu:
+                _move(by_gpu[old_gpu], old, new)
+            else:
+                if old_gpu > 0:
+                    bucket = by_gpu[old_gpu]
+                    del bucket[bisect_left(bucket, old)]
+                    if not bucket:
+                        del by_gpu[old_gpu]
+                if free_gpu > 0:
+                    insort(by_gpu.setdefault(free_gpu, []), new)
+        _move(self.by_cpu, old, new)
         self.version += 1
 
     def set_agent(self, agent: AgentState) -> None:
@@ -189,11 +215,20 @@ class Pool:
         self.monotone, self.last_total = True, None
         if req.parts:
             return self._place_roles(req)
-        for f, total in self.failed.items():
-            if _covers(f, shape):
-                # it asks at least as much per kernel: at most as many of its kernels fit
-                self.last_total = total if f[2] <= shape[2] else None
-                return None
+        if self.failed:
+            single = shape[0] != ClusterMode.MULTI_NODE
+            _, size, cpu, mem, gpu, _ = shape
+            for f, total in self.failed.items():  # :func:`_covers`, inline (the hot path)
+                if (
+                    (single or f[0] == ClusterMode.MULTI_NODE)
+                    and f[1] <= size
+                    and f[2] <= cpu + EPS
+                    and f[3] <= mem
+                    and f[4] <= gpu
+                ):
+                    # it asks at least as much per kernel: at most as many of its kernels fit
+                    self.last_total = total if f[2] <= cpu else None
+                    return None
         size = req.size
         whole = self.whole_fit(req.cpu * size, req.mem * size, req.gpu * size)
         if whole is not None:
