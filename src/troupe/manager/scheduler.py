@@ -156,11 +156,15 @@ def _kernel_at_fault(agent: AgentState, req: Request) -> tuple[Part, AgentState]
     """The first kernel (by rank) of ``req`` that no longer fits on ``agent`` once the ones
     before it are on it, and the agent as they leave it."""
     shapes = req.kernel_shapes()
-    for kernel in shapes:
-        if agent.kernels_fitting(kernel) < 1:
-            return kernel, agent
-        agent = agent.take(kernel, 1)
-    return shapes[-1], agent
+    cpu, mem, gpu = agent.cpu_used, agent.mem_used, agent.gpu_used
+    for kernel in shapes:  # AgentState.take, kernel by kernel, one copy at the end
+        if kernels_fitting(agent.cpu - cpu, agent.mem - mem, agent.gpu - gpu, kernel) < 1:
+            break
+        cpu, mem, gpu = cpu + kernel.cpu, mem + kernel.mem, gpu + kernel.gpu
+    else:
+        kernel = shapes[-1]
+    a = agent  # built directly: dataclasses.replace costs more than the walk (reports)
+    return kernel, AgentState(a.id, a.group, a.cpu, a.mem, a.gpu, cpu, mem, gpu, a.gpu_free_ids)
 
 
 def _role_line(kernel: Part, agent: AgentState) -> str:

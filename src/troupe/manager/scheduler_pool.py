@@ -84,7 +84,7 @@ class Pool:
         self.free: dict[str, list[float]] = {}
         self.by_cpu: list[Entry] = []
         self.by_gpu: dict[int, list[Entry]] = {}
-        #: agents by free memory's binary order of magnitude (:func:`_level`)
+        #: agents by free memory's level (:func:`_level`)
         self.by_mem: dict[int, list[Entry]] = {}
         self.total_cpu = 0.0
         #: bumped by every change: a request that failed at one version fails again at it
@@ -109,16 +109,22 @@ class Pool:
         #: kernel shape -> at least how many of them fit over the group (this pass)
         self.counts: dict[tuple[float, float, float], int] = {}
         self._roomiest: tuple[tuple[int, int], list[AgentState]] = ((-1, 0), [])
+        base, used, free, by_cpu = self.base, self.used, self.free, self.by_cpu
+        by_gpu, by_mem = self.by_gpu, self.by_mem
         for a in agents:
-            self.base[a.id] = a
-            self.used[a.id] = [a.cpu_used, a.mem_used, a.gpu_used]
-            f = self.free[a.id] = [a.cpu_free, a.mem_free, a.gpu_free]
-            self.by_cpu.append((f[0], a.id))
-            if f[2] > 0:
-                self.by_gpu.setdefault(int(f[2]), []).append((f[0], a.id))
-            self.by_mem.setdefault(_level(f[1]), []).append((f[0], a.id))
-            self.total_cpu += max(f[0], 0.0)
-        self.by_cpu.sort()
+            agent_id = a.id
+            base[agent_id] = a
+            used[agent_id] = [a.cpu_used, a.mem_used, a.gpu_used]
+            # AgentState's cpu_free, mem_free and gpu_free, without three property calls
+            cpu, mem, gpu = a.cpu - a.cpu_used, a.mem - a.mem_used, a.gpu - a.gpu_used
+            free[agent_id] = [cpu, mem, gpu]
+            entry = (cpu, agent_id)
+            by_cpu.append(entry)
+            if gpu > 0:
+                by_gpu.setdefault(int(gpu), []).append(entry)
+            by_mem.setdefault(_level(mem), []).append(entry)
+            self.total_cpu += max(cpu, 0.0)
+        by_cpu.sort()
         for entries in (*self.by_gpu.values(), *self.by_mem.values()):
             entries.sort()
 
