@@ -8,7 +8,8 @@ Prints figures; passes or fails nothing (machines differ). Times are the process
 ``--mixed``: a fifth of the sessions have roles (main + workers of another shape, some with a
 parameter server), multi-node more often. ``--compare REV``: the full pass of the scheduler
 as it was at git revision REV (before the backlog: ``f6d5663``; the backlog before its
-dead-queue index: ``1a714c4``) in the same run, interleaved, and whether it placed the same.
+dead-queue index: ``1a714c4``; before the fresh pass without a heap: ``2ff614e``) in the same
+run, interleaved, and whether it placed the same.
 """
 
 from __future__ import annotations
