@@ -252,7 +252,6 @@ class Backlog:
             return None
         placed = group.place(req, q.shape)
         if placed is not None:
-            _hold(group, req, placed)
             q.why = ""
         elif not group.monotone:
             q.why, q.touched = group.reason, group.last_touched
@@ -372,28 +371,6 @@ def _bisect_rank(items: list[Request], rank: Rank) -> int:
         else:
             hi = mid
     return lo
-
-
-def _hold(pool: Pool, req: Request, placed: list[str]) -> None:
-    """Holds ``req``'s kernels on the agents they were placed on."""
-    n = len(placed)
-    if not req.parts and placed[0] == placed[-1]:  # a gang spans 2 agents at least
-        pool.hold(placed[0], req.cpu * n, req.mem * n, req.gpu * n)
-        return
-    if not req.parts:
-        for agent_id in dict.fromkeys(placed):
-            n = placed.count(agent_id)
-            pool.hold(agent_id, req.cpu * n, req.mem * n, req.gpu * n)
-        return
-    held: dict[str, list[float]] = {}
-    at = 0
-    for p in req.parts:  # kernel by kernel in rank order, as the plain rule adds them
-        for agent_id in placed[at : at + p.kernels]:
-            h = held.setdefault(agent_id, [0.0, 0, 0])
-            h[0], h[1], h[2] = h[0] + p.cpu, h[1] + p.mem, h[2] + p.gpu
-        at += p.kernels
-    for agent_id, (cpu, mem, gpu) in held.items():
-        pool.hold(agent_id, cpu, mem, gpu)
 
 
 def schedule(

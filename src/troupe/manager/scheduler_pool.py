@@ -24,16 +24,12 @@ from troupe.manager.scheduler import (
     _shortage,
     kernels_fitting,
 )
+from troupe.manager.scheduler_take import LEVEL_BITS, hold_placed, take_whole
 
 #: What sets a request's fit apart: (mode, size, cpu, mem, gpu, parts); its group aside.
 Shape = tuple[str, int, float, int, int, tuple[Part, ...]]
 
 Entry = tuple[float, str]
-
-
-#: free memory's levels: each spans ``2**LEVEL_BITS`` binary orders of magnitude (fewer
-#: levels: fewer bisections per search, longer walks in the request's own level)
-LEVEL_BITS = 2
 
 
 def _level(mem: float) -> int:
@@ -217,7 +213,8 @@ class Pool:
     # --- the placement rule (docs/contract.md, 'Placement') ----------------------------------
 
     def place(self, req: Request, shape: Shape) -> list[str] | None:
-        """Where ``req``'s kernels go by rank, or None (:attr:`monotone` says how it failed)."""
+        """Where ``req``'s kernels go by rank, held there; or None (:attr:`monotone` says how
+        it failed)."""
         self.monotone, self.last_total = True, None
         if req.parts:
             return self._place_roles(req)
@@ -236,13 +233,15 @@ class Pool:
                     self.last_total = total if f[2] <= cpu else None
                     return None
         size = req.size
-        whole = self.whole_fit(req.cpu * size, req.mem * size, req.gpu * size)
+        whole = take_whole(self, req.cpu * size, req.mem * size, req.gpu * size)
         if whole is not None:
             return [whole] * size
         placed = None
         if req.mode == ClusterMode.MULTI_NODE:
             placed = self._spread(req)
-        if placed is None:
+        if placed is not None:
+            hold_placed(self, req, placed)
+        else:
             # Kept minimal: a failure the new one covers goes (it rejects nothing more).
             failed = {f: t for f, t in self.failed.items() if not _covers(shape, f)}
             failed[shape] = self.last_total
@@ -320,6 +319,7 @@ class Pool:
         cpu, mem, gpu = req.totals()
         whole = self.whole_fit(cpu, mem, gpu)
         if whole is not None:
+            hold_placed(self, req, [whole] * req.size)  # kernel by kernel, as the rule adds
             return [whole] * req.size
         if req.mode != ClusterMode.MULTI_NODE:
             return None
@@ -340,6 +340,7 @@ class Pool:
             self.monotone, self.reason = False, "greedy"
             self.last_touched = {a: list(self.free[a]) for a in self._took}
             return None
+        hold_placed(self, req, placed)
         return placed
 
     def count(self, part: Part) -> int:
