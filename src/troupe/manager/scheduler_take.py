@@ -13,6 +13,7 @@ from bisect import bisect_left, insort
 from typing import TYPE_CHECKING
 
 from troupe.manager.scheduler import EPS, Request
+from troupe.manager.scheduler_keys import RANK_MASK, cores_key
 
 if TYPE_CHECKING:
     from troupe.manager.scheduler_pool import Entry, Pool
@@ -22,13 +23,29 @@ if TYPE_CHECKING:
 LEVEL_BITS = 2
 
 
+def move(entries: list[Entry], old: Entry, new: Entry) -> None:
+    """``old`` becomes ``new`` in the sorted ``entries`` (a hold: ``new`` comes before, found
+    by a shorter bisection; in place when nothing is between them)."""
+    i = bisect_left(entries, old)
+    if new <= old:
+        j = bisect_left(entries, new, 0, i)
+        if j == i:
+            entries[i] = new
+        else:
+            del entries[i]
+            entries.insert(j, new)
+    else:
+        del entries[i]
+        insort(entries, new)
+
+
 def take_whole(pool: Pool, cpu: float, mem: float, gpu: float) -> str | None:
     """The agent with room for all of (``cpu``, ``mem``, ``gpu``) and the fewest free cores
     (then the lower id), with that much more in use on it; None (nothing held) if none."""
-    free = pool.free
+    free, id_of = pool.free, pool.id_of
     best: Entry | None = None
     at = 0  # where ``best`` is in its list (by memory level, or by free GPUs with GPUs)
-    key = (cpu - EPS, "")
+    key = cores_key(cpu - EPS)
     if gpu <= 0:
         level = int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0
         for lv, entries in pool.by_mem.items():
@@ -43,7 +60,7 @@ def take_whole(pool: Pool, cpu: float, mem: float, gpu: float) -> str | None:
                     entry = entries[i]
                     if best is not None and entry >= best:
                         break
-                    f = free[entry[1]]
+                    f = free[id_of[entry & RANK_MASK]]
                     if f[1] >= mem and f[2] >= gpu:
                         best, at = entry, i
                         break
@@ -55,14 +72,14 @@ def take_whole(pool: Pool, cpu: float, mem: float, gpu: float) -> str | None:
                 entry = entries[i]
                 if best is not None and entry >= best:
                     break
-                f = free[entry[1]]
+                f = free[id_of[entry & RANK_MASK]]
                 if f[1] >= mem and f[2] >= gpu:
                     best, at = entry, i
                     break
     if best is None:
         return None
-    # Pool.hold, with ``best``'s place in ``found`` known
-    agent_id = best[1]
+    # Pool.hold, with ``best``'s place in the list it was found in known
+    agent_id = id_of[best & RANK_MASK]
     f = free[agent_id]
     old_cpu, old_mem, old_gpu = f
     u, a = pool.used[agent_id], pool.base[agent_id]
@@ -70,7 +87,7 @@ def take_whole(pool: Pool, cpu: float, mem: float, gpu: float) -> str | None:
     total = pool.total_cpu - max(old_cpu, 0.0)
     f[0], f[1], f[2] = new_cpu, new_mem, new_gpu = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
     pool.total_cpu = total + max(new_cpu, 0.0)
-    new = (new_cpu, agent_id)  # fewer free cores or as many: before ``best`` or at it
+    new = cores_key(new_cpu) | (best & RANK_MASK)  # as many free cores or fewer: not after best
     old_level = int(old_mem).bit_length() >> LEVEL_BITS if old_mem > 0 else 0
     level = int(new_mem).bit_length() >> LEVEL_BITS if new_mem > 0 else 0
     by_mem = pool.by_mem
