@@ -8,7 +8,8 @@ Prints figures; passes or fails nothing (machines differ). Times are the process
 ``--mixed``: a fifth of the sessions have roles (main + workers of another shape, some with a
 parameter server), multi-node more often. ``--compare REV``: the full pass of the scheduler
 as it was at git revision REV (before the backlog: ``f6d5663``; the backlog before its
-dead-queue index: ``1a714c4``) in the same run, interleaved, and whether it placed the same.
+dead-queue index: ``1a714c4``; before the fresh pass without a heap: ``2ff614e``; before the
+int keys: ``352bfb7``) in the same run, interleaved, and whether it placed the same.
 """
 
 from __future__ import annotations
@@ -81,7 +82,15 @@ def old_scheduler(rev: str) -> types.ModuleType:
     with ``schedule`` (``scheduler_backlog`` where the revision has it, else ``scheduler``),
     its sibling modules loaded from the same revision under other names."""
     mod = types.ModuleType("old_scheduler")
-    for name in ("scheduler", "scheduler_pool", "scheduler_backlog"):
+    names = (
+        "scheduler",
+        "scheduler_keys",
+        "scheduler_take",
+        "scheduler_pool",
+        "scheduler_queues",
+        "scheduler_backlog",
+    )
+    for name in names:
         try:
             src = subprocess.run(
                 ["git", "show", f"{rev}:src/troupe/manager/{name}.py"],
@@ -90,8 +99,10 @@ def old_scheduler(rev: str) -> types.ModuleType:
                 check=True,
             ).stdout
         except subprocess.CalledProcessError:
+            if name in ("scheduler_keys", "scheduler_take", "scheduler_queues"):
+                continue  # before the int keys, the one-step take, the dead queues' index
             break  # before the backlog: one module
-        for sibling in ("scheduler_backlog", "scheduler_pool", "scheduler"):
+        for sibling in reversed(names):  # the longer names first: "scheduler" prefixes all
             src = src.replace(f"troupe.manager.{sibling}", f"old_{sibling}")
         mod = types.ModuleType(f"old_{name}")
         sys.modules[mod.__name__] = mod
@@ -104,7 +115,7 @@ def old_scheduler(rev: str) -> types.ModuleType:
 def convert(objs: list[Any], cls: Any, part: Any) -> list[Any]:
     out = []
     for o in objs:
-        kw = {f.name: getattr(o, f.name) for f in fields(o)}
+        kw = {f.name: getattr(o, f.name) for f in fields(o) if f.init}
         if "parts" in kw:
             kw["parts"] = tuple(part(*p) for p in kw["parts"])
         out.append(cls(**kw))

@@ -81,6 +81,10 @@ class Part(NamedTuple):
     gpu: int = 0
 
 
+#: (group, mode, size, cpu, mem, gpu, parts): a :class:`Request`'s group and fit
+QueueKey = tuple[str, str, int, float, int, int, tuple[Part, ...]]
+
+
 @dataclass(frozen=True)
 class Request:
     """A pending session: ``size`` kernels of (cpu, mem, gpu) each."""
@@ -98,6 +102,13 @@ class Request:
     #: Roles whose kernels differ, in rank order (``size`` is their total); empty: ``size``
     #: kernels of (cpu, mem, gpu) each.
     parts: tuple[Part, ...] = ()
+    #: The queue it waits in: its group and what sets its fit apart (equal keys, equal fit
+    #: and equal why-pending reports). Made once: a backlog built afresh reads 100,000 of them.
+    key: QueueKey = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        key = (self.group, self.mode, self.size, self.cpu, self.mem, self.gpu, self.parts)
+        object.__setattr__(self, "key", key)
 
     def kernel_shapes(self) -> list[Part]:
         """Each kernel's shape by rank (``kernels`` 1), named ``<role><idx>`` when roles."""
@@ -146,11 +157,15 @@ def _kernel_at_fault(agent: AgentState, req: Request) -> tuple[Part, AgentState]
     """The first kernel (by rank) of ``req`` that no longer fits on ``agent`` once the ones
     before it are on it, and the agent as they leave it."""
     shapes = req.kernel_shapes()
-    for kernel in shapes:
-        if agent.kernels_fitting(kernel) < 1:
-            return kernel, agent
-        agent = agent.take(kernel, 1)
-    return shapes[-1], agent
+    cpu, mem, gpu = agent.cpu_used, agent.mem_used, agent.gpu_used
+    for kernel in shapes:  # AgentState.take, kernel by kernel, one copy at the end
+        if kernels_fitting(agent.cpu - cpu, agent.mem - mem, agent.gpu - gpu, kernel) < 1:
+            break
+        cpu, mem, gpu = cpu + kernel.cpu, mem + kernel.mem, gpu + kernel.gpu
+    else:
+        kernel = shapes[-1]
+    a = agent  # built directly: dataclasses.replace costs more than the walk (reports)
+    return kernel, AgentState(a.id, a.group, a.cpu, a.mem, a.gpu, cpu, mem, gpu, a.gpu_free_ids)
 
 
 def _role_line(kernel: Part, agent: AgentState) -> str:

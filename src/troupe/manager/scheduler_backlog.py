@@ -20,18 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from heapq import heapify, heappop, heappush, heapreplace
-from itertools import pairwise
 from operator import attrgetter
 
 from troupe.manager.scheduler import EPS, AgentState, Decision, Request, waiting_for_lost
 from troupe.manager.scheduler_pool import Pool
 from troupe.manager.scheduler_queues import Queue, QueueKey, Rank, may_fit_now, room
 
-#: The queue a request waits in: its group and what sets its fit apart (equal keys, equal
-#: fit and equal why-pending reports). An attrgetter: it runs once per request of a pass.
-queue_key: Callable[[Request], QueueKey] = attrgetter(
-    "group", "mode", "size", "cpu", "mem", "gpu", "parts"
-)
+#: The queue a request waits in (:attr:`Request.key`).
+queue_key: Callable[[Request], QueueKey] = attrgetter("key")
 Heap = list[tuple[Rank, int, Queue]]
 
 
@@ -55,7 +51,7 @@ class Backlog:
         self.pools = {g: Pool(members) for g, members in by_group.items()}
         self.group_of = {a.id: g for g, members in by_group.items() for a in members}
         self.queues: dict[QueueKey, Queue] = {}
-        self.queue_of: dict[str, QueueKey] = {}
+        self._queue_of: dict[str, QueueKey] | None = {}
         #: group -> agent id -> its free resources before it grew since the last pass
         #: (zeros for one that was not there)
         self.grown: dict[str, dict[str, list[float]]] = {}
@@ -66,6 +62,9 @@ class Backlog:
         self.dead: dict[str, set[Queue]] = {}
         #: agent id -> the dead ``greedy`` queues whose gang took from it
         self.touched_by: dict[str, set[Queue]] = {}
+        #: after :meth:`add_all` on an empty backlog, until a change: every session in rank
+        #: order and the queue of each (the next pass walks it instead of a heap)
+        self._line: tuple[list[Request], list[Queue]] | None = None
 
     # --- changes ---------------------------------------------------------------------------
 
@@ -77,6 +76,7 @@ class Backlog:
         return q
 
     def add(self, req: Request) -> None:
+        self._line = None
         key: QueueKey = queue_key(req)
         q = self._queue(key)
         rank = rank_of(req)
@@ -87,32 +87,38 @@ class Backlog:
         self.queue_of[req.session_id] = key
 
     def add_all(self, requests: Iterable[Request]) -> None:
-        """Many at once (a fresh backlog): queued, then each queue sorted once."""
-        if self.queue_of:
+        """Many at once (a fresh backlog): one sort of all, each session to its queue (which
+        stays in rank order); the order is kept for the pass that follows (:meth:`run`)."""
+        if self._queue_of is None or self._queue_of:
             for req in requests:
                 self.add(req)
             return
-        # one sort of all (stable: by arrival, then by priority, highest first), then each
-        # session to its queue, which stays in rank order
+        # stable sorts: by arrival, then by priority, highest first
         ordered = sorted(requests, key=_order)  # floats compare fast; ties are rare
-        orders = [r.order for r in ordered]
-        if any(a == b for a, b in pairwise(orders)):
+        orders = list(map(_order, ordered))
+        if len(set(orders)) < len(orders):
             ordered.sort(key=_arrival)
         ordered.sort(key=_priority, reverse=True)
-        queues, queue_of = self.queues, self.queue_of
-        for req in ordered:
-            key = queue_key(req)
-            q = queues.get(key)
-            if q is None:
-                q = self._queue(key)
+        queues, make = self.queues, self._queue
+        line = [queues.get(key) or make(key) for key in map(queue_key, ordered)]
+        for q, req in zip(line, ordered, strict=True):
             q.items.append(req)
-            queue_of[req.session_id] = key
+        self._queue_of = None  # made when first asked (a pass needs none)
+        self._line = (ordered, line)
+
+    @property
+    def queue_of(self) -> dict[str, QueueKey]:
+        """Session id -> the key of its queue."""
+        if self._queue_of is None:
+            self._queue_of = {r.session_id: k for k, q in self.queues.items() for r in q.items}
+        return self._queue_of
 
     def remove(self, session_id: str) -> None:
         """A pending session that went (destroyed, timed out)."""
         key = self.queue_of.pop(session_id, None)
         if key is None:
             return
+        self._line = None
         q = self.queues[key]
         q.items = [r for r in q.items if r.session_id != session_id]
 
@@ -150,18 +156,37 @@ class Backlog:
         decision = Decision()
         for pool in self.pools.values():
             pool.failed, pool.counts = {}, {}
-        heap: Heap = []
-        for q in list(self.live):
-            if q.items:
-                heap.append((rank_of(q.items[0]), 0, q))  # ranks are unique: q never compared
-            else:  # nothing to remember: the next session of its shape makes it anew
-                self.live.discard(q)
-                del self.queues[(q.group, *q.shape)]
+        for q in [q for q in self.live if not q.items]:
+            # nothing to remember: the next session of its shape makes it anew
+            self.live.discard(q)
+            del self.queues[(q.group, *q.shape)]
+        line, self._line = self._line, None
+        placements = decision.placements
+        if line is not None and not self.dead and not self.touched_by:
+            looked = self._walk_line(*line, placements)
+        else:
+            looked = self._walk_heap(placements)
+        self.grown = {}
+        if self._queue_of is not None:
+            for sid in decision.placements:
+                del self._queue_of[sid]
+        for q in looked:  # its last session failed as packed: so would the next, as they are
+            if q.why == "greedy" and not q.dead and q.items:
+                self._kill(q)
+                for a in q.touched:
+                    self.touched_by.setdefault(a, set()).add(q)
+        if report:
+            self._report(looked, decision)
+        return decision
+
+    def _walk_heap(self, placements: dict[str, list[str]]) -> list[Queue]:
+        """The pass over the live queues and the dead ones that may fit now: their heads in
+        rank order (a heap). Places into ``placements``; the queues it tried, in turn."""
+        heap: Heap = [(rank_of(q.items[0]), 0, q) for q in self.live]  # ranks are unique
         maybe = self._maybe(heap)
         heapify(heap)
         looked: list[Queue] = []
         placed_at: dict[Queue, list[int]] = {}
-        placements = decision.placements
         pools = self.pools
         while heap:
             _, at, q = heap[0]
@@ -174,48 +199,66 @@ class Backlog:
                     self._wake(q)
                 looked.append(q)
             req = q.items[at]
-            group = pools.get(q.group)
-            if group is None or not len(group):
-                q.total, q.why = None, ""
-                self._kill(q)
-                heappop(heap)
-                continue
-            placed = group.place(req, q.shape)
+            placed = self._place(q, req)
             if placed is not None:
-                _hold(group, req, placed)
                 placements[req.session_id] = placed
                 placed_at.setdefault(q, []).append(at)
-                q.why = ""
                 if self.touched_by:
                     self._wake_touched(placed, heap, looked, maybe)
-            elif not group.monotone:
-                q.why, q.touched = group.reason, group.last_touched
-            else:
-                q.total, q.why, q.part = group.last_total, group.reason, group.last_part
-                self._kill(q)
+            elif q.dead:
                 heappop(heap)
                 continue
             if at + 1 < len(q.items):
                 heapreplace(heap, (rank_of(q.items[at + 1]), at + 1, q))
             else:
                 heappop(heap)
-        self.grown = {}
         for q, ats in placed_at.items():
             if ats[-1] == len(ats) - 1:
                 del q.items[: len(ats)]
             else:
                 gone = set(ats)
                 q.items = [it for i, it in enumerate(q.items) if i not in gone]
-        for sid in decision.placements:
-            del self.queue_of[sid]
-        for q in looked:  # its last session failed as packed: so would the next, as they are
-            if q.why == "greedy" and not q.dead and q.items:
-                self._kill(q)
-                for a in q.touched:
-                    self.touched_by.setdefault(a, set()).add(q)
-        if report:
-            self._report(looked, decision)
-        return decision
+        return looked
+
+    def _walk_line(
+        self, ordered: list[Request], line: list[Queue], placements: dict[str, list[str]]
+    ) -> list[Queue]:
+        """The pass over a fresh backlog (every queue live, none dead or asleep): every
+        session in rank order as :meth:`add_all` sorted them (``line``: each one's queue),
+        those of a queue that died skipped; the heap's order, without the heap."""
+        place = self._place
+        placed_in: dict[Queue, int] = {}
+        for req, q in zip(ordered, line, strict=True):
+            if q.dead:
+                continue
+            placed = place(q, req)
+            if placed is not None:
+                placements[req.session_id] = placed
+                placed_in[q] = placed_in.get(q, 0) + 1
+        for q, n in placed_in.items():
+            if all(r.session_id in placements for r in q.items[:n]):
+                del q.items[:n]
+            else:
+                q.items = [r for r in q.items if r.session_id not in placements]
+        return list(dict.fromkeys(line))
+
+    def _place(self, q: Queue, req: Request) -> list[str] | None:
+        """``req`` (the next session of ``q`` in rank order) placed and held, or None (and
+        ``q`` dead when only more room can cure it)."""
+        group = self.pools.get(q.group)
+        if group is None or not len(group):
+            q.total, q.why = None, ""
+            self._kill(q)
+            return None
+        placed = group.place(req, q.shape)
+        if placed is not None:
+            q.why = ""
+        elif not group.monotone:
+            q.why, q.touched = group.reason, group.last_touched
+        else:
+            q.total, q.why, q.part = group.last_total, group.reason, group.last_part
+            self._kill(q)
+        return placed
 
     def why(self, session_id: str) -> list[str]:
         """Why a waiting session waits, on the agents as they are now."""
@@ -298,6 +341,7 @@ class Backlog:
         """Why each session of the looked-at queues waits, on the agents as the pass left them
         (one report per queue)."""
         lost_by_group: dict[str, list[AgentState]] = {}
+        waiting = decision.waiting
         for a in self.lost:
             lost_by_group.setdefault(a.group, []).append(a)
         for q in looked:
@@ -310,7 +354,8 @@ class Backlog:
                 lines = waiting_for_lost(req, lost) or [f"no agent in resource group {req.group!r}"]
             else:
                 lines = pool.report(req) + (waiting_for_lost(req, lost) if lost else [])
-            decision.waiting.update(dict.fromkeys([r.session_id for r in q.items], lines))
+            for r in q.items:  # a plain loop: a third of dict.fromkeys and update's time
+                waiting[r.session_id] = lines
 
 
 _order = attrgetter("order")
@@ -327,28 +372,6 @@ def _bisect_rank(items: list[Request], rank: Rank) -> int:
         else:
             hi = mid
     return lo
-
-
-def _hold(pool: Pool, req: Request, placed: list[str]) -> None:
-    """Holds ``req``'s kernels on the agents they were placed on."""
-    n = len(placed)
-    if not req.parts and placed[0] == placed[-1]:  # a gang spans 2 agents at least
-        pool.hold(placed[0], req.cpu * n, req.mem * n, req.gpu * n)
-        return
-    if not req.parts:
-        for agent_id in dict.fromkeys(placed):
-            n = placed.count(agent_id)
-            pool.hold(agent_id, req.cpu * n, req.mem * n, req.gpu * n)
-        return
-    held: dict[str, list[float]] = {}
-    at = 0
-    for p in req.parts:  # kernel by kernel in rank order, as the plain rule adds them
-        for agent_id in placed[at : at + p.kernels]:
-            h = held.setdefault(agent_id, [0.0, 0, 0])
-            h[0], h[1], h[2] = h[0] + p.cpu, h[1] + p.mem, h[2] + p.gpu
-        at += p.kernels
-    for agent_id, (cpu, mem, gpu) in held.items():
-        pool.hold(agent_id, cpu, mem, gpu)
 
 
 def schedule(

@@ -24,16 +24,19 @@ from troupe.manager.scheduler import (
     _shortage,
     kernels_fitting,
 )
+from troupe.manager.scheduler_keys import RANK_MASK, Ranks, cores_key
+from troupe.manager.scheduler_take import LEVEL_BITS, hold_placed, move, take_whole
 
 #: What sets a request's fit apart: (mode, size, cpu, mem, gpu, parts); its group aside.
 Shape = tuple[str, int, float, int, int, tuple[Part, ...]]
 
-Entry = tuple[float, str]
+#: (free cores, agent id) as one int in the same order (:mod:`scheduler_keys`)
+Entry = int
 
 
 def _level(mem: float) -> int:
-    """Free memory's binary order of magnitude: level ``L`` holds [2**(L-1), 2**L) bytes."""
-    return int(mem).bit_length() if mem > 0 else 0
+    """Free memory's level: more memory, the same level or a higher one."""
+    return int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0
 
 
 def shape_of(req: Request) -> Shape:
@@ -63,7 +66,7 @@ class Pool:
         self.free: dict[str, list[float]] = {}
         self.by_cpu: list[Entry] = []
         self.by_gpu: dict[int, list[Entry]] = {}
-        #: agents by free memory's binary order of magnitude (:func:`_level`)
+        #: agents by free memory's level (:func:`_level`)
         self.by_mem: dict[int, list[Entry]] = {}
         self.total_cpu = 0.0
         #: bumped by every change: a request that failed at one version fails again at it
@@ -88,24 +91,43 @@ class Pool:
         #: kernel shape -> at least how many of them fit over the group (this pass)
         self.counts: dict[tuple[float, float, float], int] = {}
         self._roomiest: tuple[tuple[int, int], list[AgentState]] = ((-1, 0), [])
+        base, used, free = self.base, self.used, self.free
         for a in agents:
-            self.base[a.id] = a
-            self.used[a.id] = [a.cpu_used, a.mem_used, a.gpu_used]
-            f = self.free[a.id] = [a.cpu_free, a.mem_free, a.gpu_free]
-            self.by_cpu.append((f[0], a.id))
-            if f[2] > 0:
-                self.by_gpu.setdefault(int(f[2]), []).append((f[0], a.id))
-            self.by_mem.setdefault(_level(f[1]), []).append((f[0], a.id))
-            self.total_cpu += max(f[0], 0.0)
-        self.by_cpu.sort()
-        for entries in (*self.by_gpu.values(), *self.by_mem.values()):
+            agent_id = a.id
+            base[agent_id] = a
+            used[agent_id] = [a.cpu_used, a.mem_used, a.gpu_used]
+            # AgentState's cpu_free, mem_free and gpu_free, without three property calls
+            cpu, mem, gpu = a.cpu - a.cpu_used, a.mem - a.mem_used, a.gpu - a.gpu_used
+            free[agent_id] = [cpu, mem, gpu]
+            self.total_cpu += max(cpu, 0.0)
+        self.ranks = Ranks(base)
+        #: rank -> agent id (an entry's agent: ``id_of[entry & RANK_MASK]``)
+        self.id_of = self.ranks.id_of
+        self._build()
+
+    def _build(self) -> None:
+        """The sorted lists, made anew from :attr:`free` (at the start, and when the ranks
+        were numbered again)."""
+        by_cpu: list[Entry] = []
+        by_gpu: dict[int, list[Entry]] = {}
+        by_mem: dict[int, list[Entry]] = {}
+        rank = self.ranks.rank
+        for agent_id, (cpu, mem, gpu) in self.free.items():
+            entry = cores_key(cpu) | rank[agent_id]
+            by_cpu.append(entry)
+            if gpu > 0:
+                by_gpu.setdefault(int(gpu), []).append(entry)
+            by_mem.setdefault(_level(mem), []).append(entry)
+        by_cpu.sort()
+        for entries in (*by_gpu.values(), *by_mem.values()):
             entries.sort()
+        self.by_cpu, self.by_gpu, self.by_mem = by_cpu, by_gpu, by_mem
 
     # --- the index -------------------------------------------------------------------------
 
     def _unindex(self, agent_id: str) -> None:
         f = self.free[agent_id]
-        entry = (f[0], agent_id)
+        entry = cores_key(f[0]) | self.ranks.rank[agent_id]
         del self.by_cpu[bisect_left(self.by_cpu, entry)]
         if f[2] > 0:
             bucket = self.by_gpu[int(f[2])]
@@ -122,10 +144,11 @@ class Pool:
     def _index(self, agent_id: str) -> None:
         a, u = self.base[agent_id], self.used[agent_id]
         f = self.free[agent_id] = [a.cpu - u[0], a.mem - u[1], a.gpu - u[2]]
-        insort(self.by_cpu, (f[0], agent_id))
+        entry = cores_key(f[0]) | self.ranks.rank[agent_id]
+        insort(self.by_cpu, entry)
         if f[2] > 0:
-            insort(self.by_gpu.setdefault(int(f[2]), []), (f[0], agent_id))
-        insort(self.by_mem.setdefault(_level(f[1]), []), (f[0], agent_id))
+            insort(self.by_gpu.setdefault(int(f[2]), []), entry)
+        insort(self.by_mem.setdefault(_level(f[1]), []), entry)
         self.total_cpu += max(f[0], 0.0)
         self.version += 1
 
@@ -133,45 +156,54 @@ class Pool:
         """With this much more in use on ``agent_id`` (the hot path of a pass: every placement
         moves its agents in the sorted lists)."""
         f = self.free[agent_id]
-        old = (f[0], agent_id)
-        old_level, old_gpu = _level(f[1]), int(f[2])
+        old_cpu, old_mem, old_gpu = f
         u, a = self.used[agent_id], self.base[agent_id]
         u[0], u[1], u[2] = u[0] + cpu, u[1] + mem, u[2] + gpu
-        total = self.total_cpu - max(f[0], 0.0)
-        f[0], f[1], f[2] = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
-        self.total_cpu = total + max(f[0], 0.0)
-        new = (f[0], agent_id)
-        level, free_gpu = _level(f[1]), int(f[2])
+        total = self.total_cpu - max(old_cpu, 0.0)
+        f[0], f[1], f[2] = new_cpu, new_mem, new_gpu = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
+        self.total_cpu = total + max(new_cpu, 0.0)
+        rank = self.ranks.rank[agent_id]
+        old, new = cores_key(old_cpu) | rank, cores_key(new_cpu) | rank
+        old_level = int(old_mem).bit_length() >> LEVEL_BITS if old_mem > 0 else 0
+        level = int(new_mem).bit_length() >> LEVEL_BITS if new_mem > 0 else 0
         by_mem = self.by_mem
-        bucket = by_mem[old_level]
-        del bucket[bisect_left(bucket, old)]
-        if not bucket:  # searches walk the buckets: no empty ones
-            del by_mem[old_level]
-        insort(by_mem.setdefault(level, []), new)
+        if level == old_level:
+            move(by_mem[level], old, new)
+        else:
+            bucket = by_mem[old_level]
+            del bucket[bisect_left(bucket, old)]
+            if not bucket:  # searches walk the buckets: no empty ones
+                del by_mem[old_level]
+            insort(by_mem.setdefault(level, []), new)
+        old_gpu, free_gpu = int(old_gpu), int(new_gpu)
         if old_gpu > 0 or free_gpu > 0:
             by_gpu = self.by_gpu
-            if old_gpu > 0:
-                bucket = by_gpu[old_gpu]
-                del bucket[bisect_left(bucket, old)]
-                if not bucket:
-                    del by_gpu[old_gpu]
-            if free_gpu > 0:
-                insort(by_gpu.setdefault(free_gpu, []), new)
-        by_cpu = self.by_cpu
-        del by_cpu[bisect_left(by_cpu, old)]
-        insort(by_cpu, new)
+            if old_gpu == free_gpu:
+                move(by_gpu[old_gpu], old, new)
+            else:
+                if old_gpu > 0:
+                    bucket = by_gpu[old_gpu]
+                    del bucket[bisect_left(bucket, old)]
+                    if not bucket:
+                        del by_gpu[old_gpu]
+                if free_gpu > 0:
+                    insort(by_gpu.setdefault(free_gpu, []), new)
+        move(self.by_cpu, old, new)
         self.version += 1
 
     def set_agent(self, agent: AgentState) -> None:
         """``agent`` as it is now (new, or its capacity or use changed)."""
         if agent.id in self.base:
             self._unindex(agent.id)
+        elif self.ranks.add(agent.id):  # every rank changed: so did every key
+            self._build()
         self.base[agent.id] = agent
         self.used[agent.id] = [agent.cpu_used, agent.mem_used, agent.gpu_used]
         self._index(agent.id)
 
     def remove(self, agent_id: str) -> None:
         self._unindex(agent_id)
+        self.ranks.remove(agent_id)
         del self.base[agent_id], self.used[agent_id], self.free[agent_id]
         self.version += 1
 
@@ -185,23 +217,35 @@ class Pool:
     # --- the placement rule (docs/contract.md, 'Placement') ----------------------------------
 
     def place(self, req: Request, shape: Shape) -> list[str] | None:
-        """Where ``req``'s kernels go by rank, or None (:attr:`monotone` says how it failed)."""
+        """Where ``req``'s kernels go by rank, held there; or None (:attr:`monotone` says how
+        it failed)."""
         self.monotone, self.last_total = True, None
         if req.parts:
             return self._place_roles(req)
-        for f, total in self.failed.items():
-            if _covers(f, shape):
-                # it asks at least as much per kernel: at most as many of its kernels fit
-                self.last_total = total if f[2] <= shape[2] else None
-                return None
+        if self.failed:
+            single = shape[0] != ClusterMode.MULTI_NODE
+            _, size, cpu, mem, gpu, _ = shape
+            for f, total in self.failed.items():  # :func:`_covers`, inline (the hot path)
+                if (
+                    (single or f[0] == ClusterMode.MULTI_NODE)
+                    and f[1] <= size
+                    and f[2] <= cpu + EPS
+                    and f[3] <= mem
+                    and f[4] <= gpu
+                ):
+                    # it asks at least as much per kernel: at most as many of its kernels fit
+                    self.last_total = total if f[2] <= cpu else None
+                    return None
         size = req.size
-        whole = self.whole_fit(req.cpu * size, req.mem * size, req.gpu * size)
+        whole = take_whole(self, req.cpu * size, req.mem * size, req.gpu * size)
         if whole is not None:
             return [whole] * size
         placed = None
         if req.mode == ClusterMode.MULTI_NODE:
             placed = self._spread(req)
-        if placed is None:
+        if placed is not None:
+            hold_placed(self, req, placed)
+        else:
             # Kept minimal: a failure the new one covers goes (it rejects nothing more).
             failed = {f: t for f, t in self.failed.items() if not _covers(shape, f)}
             failed[shape] = self.last_total
@@ -214,9 +258,9 @@ class Pool:
         Without GPUs: in each memory level above the request's every agent has the memory,
         so its first agent with the cores is its best; only the request's own level is
         walked. With GPUs: the agents with enough free GPUs, walked."""
-        free = self.free
+        free, id_of = self.free, self.id_of
         best: Entry | None = None
-        key = (cpu - EPS, "")
+        key = cores_key(cpu - EPS)
         if gpu <= 0:
             level = _level(mem)
             lists = []
@@ -236,11 +280,11 @@ class Pool:
                 entry = entries[i]
                 if best is not None and entry >= best:
                     break
-                f = free[entry[1]]
+                f = free[id_of[entry & RANK_MASK]]
                 if f[1] >= mem and f[2] >= gpu:
                     best = entry
                     break
-        return None if best is None else best[1]
+        return None if best is None else id_of[best & RANK_MASK]
 
     def _spread(self, req: Request) -> list[str] | None:
         """Gang over several agents: the roomiest first, all or nothing; agents without the
@@ -253,9 +297,10 @@ class Pool:
             return None
         out: list[str] = []
         got = 0
-        lo = bisect_left(by_cpu, (cpu - EPS, "")) if cpu > 0 else 0
+        lo = bisect_left(by_cpu, cores_key(cpu - EPS)) if cpu > 0 else 0
+        id_of = self.id_of
         for i in range(len(by_cpu) - 1, lo - 1, -1):
-            agent_id = by_cpu[i][1]
+            agent_id = id_of[by_cpu[i] & RANK_MASK]
             f = free[agent_id]
             if f[1] < mem or f[2] < gpu:
                 continue
@@ -279,6 +324,7 @@ class Pool:
         cpu, mem, gpu = req.totals()
         whole = self.whole_fit(cpu, mem, gpu)
         if whole is not None:
+            hold_placed(self, req, [whole] * req.size)  # kernel by kernel, as the rule adds
             return [whole] * req.size
         if req.mode != ClusterMode.MULTI_NODE:
             return None
@@ -299,6 +345,7 @@ class Pool:
             self.monotone, self.reason = False, "greedy"
             self.last_touched = {a: list(self.free[a]) for a in self._took}
             return None
+        hold_placed(self, req, placed)
         return placed
 
     def count(self, part: Part) -> int:
@@ -309,8 +356,9 @@ class Pool:
         if n is None:
             free, by_cpu, cpu, mem, gpu = self.free, self.by_cpu, part.cpu, part.mem, part.gpu
             n = 0
-            for i in range(bisect_left(by_cpu, (cpu - EPS, "")) if cpu > 0 else 0, len(by_cpu)):
-                f = free[by_cpu[i][1]]
+            id_of, lo = self.id_of, bisect_left(by_cpu, cores_key(cpu - EPS)) if cpu > 0 else 0
+            for i in range(lo, len(by_cpu)):
+                f = free[id_of[by_cpu[i] & RANK_MASK]]
                 if f[1] >= mem and f[2] >= gpu:
                     n += kernels_fitting(f[0], f[1], f[2], part)
             self.counts[key] = n
@@ -321,22 +369,24 @@ class Pool:
         group: the agents this gang took from are re-sorted as each role starts and merged
         with the untouched ones, which stay in the index's order. The agents by rank, or the
         first kernel that fits nowhere."""
-        by_cpu, base = self.by_cpu, self.base
+        by_cpu, base, id_of, rank = self.by_cpu, self.base, self.id_of, self.ranks.rank
         local: dict[str, list[float]] = {}  # agent id -> in use, with this gang's kernels
         out: list[str] = []
         for part in req.parts:
-            touched = sorted(((base[a].cpu - u[0], a) for a, u in local.items()), reverse=True)
-            lo = bisect_left(by_cpu, (part.cpu - EPS, "")) if part.cpu > 0 else 0
+            touched = sorted(
+                (cores_key(base[a].cpu - u[0]) | rank[a] for a, u in local.items()), reverse=True
+            )
+            lo = bisect_left(by_cpu, cores_key(part.cpu - EPS)) if part.cpu > 0 else 0
             i, t, left = len(by_cpu) - 1, 0, part.kernels
             pc, pm, pg = part.cpu, part.mem, part.gpu
             while left:
-                while i >= lo and by_cpu[i][1] in local:
+                while i >= lo and id_of[by_cpu[i] & RANK_MASK] in local:
                     i -= 1
                 if i >= lo and (t >= len(touched) or by_cpu[i] > touched[t]):
-                    agent_id = by_cpu[i][1]
+                    agent_id = id_of[by_cpu[i] & RANK_MASK]
                     i -= 1
                 elif t < len(touched):
-                    agent_id = touched[t][1]
+                    agent_id = id_of[touched[t] & RANK_MASK]
                     t += 1
                 else:
                     idx = part.kernels - left + 1
@@ -364,7 +414,8 @@ class Pool:
         n = req.size if req.mode == ClusterMode.SINGLE_NODE else 1
         top = self.by_cpu[-limit:]
         if self._roomiest[0] != (self.version, limit):  # the same for every report of a pass
-            self._roomiest = ((self.version, limit), [self.agent(a) for _, a in reversed(top)])
+            agents = [self.agent(self.id_of[e & RANK_MASK]) for e in reversed(top)]
+            self._roomiest = ((self.version, limit), agents)
         roomiest = self._roomiest[1]
         if req.parts and req.mode == ClusterMode.SINGLE_NODE:
             lines = [_role_line(*_kernel_at_fault(a, req)) for a in roomiest]

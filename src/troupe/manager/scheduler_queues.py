@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from troupe.cluster.contract import ClusterMode
 from troupe.manager.scheduler import EPS, Part, Request, kernels_fitting
+from troupe.manager.scheduler import QueueKey as QueueKey
 from troupe.manager.scheduler_pool import Pool, Shape
 
 Rank = tuple[int, float, str]
-#: (group, mode, size, cpu, mem, gpu, parts): the group and the :data:`Shape`
-QueueKey = tuple[str, str, int, float, int, int, tuple[Part, ...]]
 Need = tuple[float, float, float]
 #: what any agent has free: a dead queue that any growth of its group may revive
 ANY: Need = (-float("inf"), -float("inf"), -float("inf"))

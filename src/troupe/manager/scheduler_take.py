@@ -1,0 +1,154 @@
+"""Holding placements on a :class:`~troupe.manager.scheduler_pool.Pool`: the hot path of a pass.
+
+Most placements put a whole session on one agent: :func:`take_whole` finds that agent (the
+tightest fit, :meth:`Pool.whole_fit`'s rule) and holds the session on it in one step, with the
+lists bound to locals and the agent's old entry already found by the search (one bisection
+fewer per list it was found in). Pure, in memory; answers equal to ``whole_fit`` then
+``hold`` to the last bit.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from typing import TYPE_CHECKING
+
+from troupe.manager.scheduler import EPS, Request
+from troupe.manager.scheduler_keys import RANK_MASK, cores_key
+
+if TYPE_CHECKING:
+    from troupe.manager.scheduler_pool import Entry, Pool
+
+#: free memory's levels: each spans ``2**LEVEL_BITS`` binary orders of magnitude (fewer
+#: levels: fewer bisections per search, longer walks in the request's own level)
+LEVEL_BITS = 2
+
+
+def move(entries: list[Entry], old: Entry, new: Entry) -> None:
+    """``old`` becomes ``new`` in the sorted ``entries`` (a hold: ``new`` comes before, found
+    by a shorter bisection; in place when nothing is between them)."""
+    i = bisect_left(entries, old)
+    if new <= old:
+        j = bisect_left(entries, new, 0, i)
+        if j == i:
+            entries[i] = new
+        else:
+            del entries[i]
+            entries.insert(j, new)
+    else:
+        del entries[i]
+        insort(entries, new)
+
+
+def take_whole(pool: Pool, cpu: float, mem: float, gpu: float) -> str | None:
+    """The agent with room for all of (``cpu``, ``mem``, ``gpu``) and the fewest free cores
+    (then the lower id), with that much more in use on it; None (nothing held) if none."""
+    free, id_of = pool.free, pool.id_of
+    best: Entry | None = None
+    at = 0  # where ``best`` is in its list (by memory level, or by free GPUs with GPUs)
+    key = cores_key(cpu - EPS)
+    if gpu <= 0:
+        level = int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0
+        for lv, entries in pool.by_mem.items():
+            if entries[-1] < key:  # not one agent of it has the cores
+                continue
+            if lv > level:  # every agent of it has the memory: its first with the cores
+                i = bisect_left(entries, key)
+                if best is None or entries[i] < best:
+                    best, at = entries[i], i
+            elif lv == level:
+                for i in range(bisect_left(entries, key), len(entries)):
+                    entry = entries[i]
+                    if best is not None and entry >= best:
+                        break
+                    f = free[id_of[entry & RANK_MASK]]
+                    if f[1] >= mem and f[2] >= gpu:
+                        best, at = entry, i
+                        break
+    else:
+        for g, entries in pool.by_gpu.items():
+            if g < gpu:
+                continue
+            for i in range(bisect_left(entries, key), len(entries)):
+                entry = entries[i]
+                if best is not None and entry >= best:
+                    break
+                f = free[id_of[entry & RANK_MASK]]
+                if f[1] >= mem and f[2] >= gpu:
+                    best, at = entry, i
+                    break
+    if best is None:
+        return None
+    # Pool.hold, with ``best``'s place in the list it was found in known
+    agent_id = id_of[best & RANK_MASK]
+    f = free[agent_id]
+    old_cpu, old_mem, old_gpu = f
+    u, a = pool.used[agent_id], pool.base[agent_id]
+    u[0], u[1], u[2] = u[0] + cpu, u[1] + mem, u[2] + gpu
+    total = pool.total_cpu - max(old_cpu, 0.0)
+    f[0], f[1], f[2] = new_cpu, new_mem, new_gpu = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
+    pool.total_cpu = total + max(new_cpu, 0.0)
+    new = cores_key(new_cpu) | (best & RANK_MASK)  # as many free cores or fewer: not after best
+    old_level = int(old_mem).bit_length() >> LEVEL_BITS if old_mem > 0 else 0
+    level = int(new_mem).bit_length() >> LEVEL_BITS if new_mem > 0 else 0
+    by_mem = pool.by_mem
+    entries = by_mem[old_level]
+    i = at if gpu <= 0 else bisect_left(entries, best)
+    if level == old_level:
+        j = bisect_left(entries, new, 0, i)
+        if j == i:
+            entries[i] = new
+        else:
+            del entries[i]
+            entries.insert(j, new)
+    else:
+        del entries[i]
+        if not entries:  # searches walk the lists: no empty ones
+            del by_mem[old_level]
+        insort(by_mem.setdefault(level, []), new)
+    old_g, new_g = int(old_gpu), int(new_gpu)
+    if old_g > 0:
+        by_gpu = pool.by_gpu
+        entries = by_gpu[old_g]
+        i = at if gpu > 0 else bisect_left(entries, best)
+        if old_g == new_g:
+            j = bisect_left(entries, new, 0, i)
+            if j == i:
+                entries[i] = new
+            else:
+                del entries[i]
+                entries.insert(j, new)
+        else:
+            del entries[i]
+            if not entries:
+                del by_gpu[old_g]
+            if new_g > 0:
+                insort(by_gpu.setdefault(new_g, []), new)
+    entries = pool.by_cpu
+    i = bisect_left(entries, best)
+    j = bisect_left(entries, new, 0, i)
+    if j == i:
+        entries[i] = new
+    else:
+        del entries[i]
+        entries.insert(j, new)
+    pool.version += 1
+    return agent_id
+
+
+def hold_placed(pool: Pool, req: Request, placed: list[str]) -> None:
+    """Holds ``req``'s kernels on the agents they were placed on (a gang over several)."""
+    n = len(placed)
+    if not req.parts:
+        for agent_id in dict.fromkeys(placed):
+            n = placed.count(agent_id)
+            pool.hold(agent_id, req.cpu * n, req.mem * n, req.gpu * n)
+        return
+    held: dict[str, list[float]] = {}
+    at = 0
+    for p in req.parts:  # kernel by kernel in rank order, as the plain rule adds them
+        for agent_id in placed[at : at + p.kernels]:
+            h = held.setdefault(agent_id, [0.0, 0, 0])
+            h[0], h[1], h[2] = h[0] + p.cpu, h[1] + p.mem, h[2] + p.gpu
+        at += p.kernels
+    for agent_id, (cpu, mem, gpu) in held.items():
+        pool.hold(agent_id, cpu, mem, gpu)
