@@ -7,10 +7,8 @@ agent; tests hand in fakes), so the manager imports nothing of ``troupe.agent``.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI
 
@@ -26,6 +24,7 @@ from troupe.manager.fleet import RemoteFactory
 from troupe.manager.limits import BodyLimit
 from troupe.manager.metrics_feed import Feed
 from troupe.manager.presence import presence_of
+from troupe.manager.private_file import private_dir, touch_private
 from troupe.manager.reaper import Reaper
 from troupe.manager.registry import Registry
 from troupe.manager.remote_agent import verifying_with
@@ -50,18 +49,6 @@ from troupe.manager.web import pages as web_pages
 log = logging.getLogger(__name__)
 
 
-def private_dir(path: Path) -> None:
-    """The data dir holds keys and logs: mode 0700, whatever the umask."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.chmod(0o700)
-
-
-def private_file(path: Path) -> None:
-    """Creates ``path`` empty with mode 0600 (SQLite gives its -wal and -shm the same)."""
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-    path.chmod(0o600)
-
-
 def create_app(
     config: ServerConfig,
     local_agents: Mapping[str, AgentBackend] | None = None,
@@ -78,7 +65,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         private_dir(config.data_dir)
         if config.db_url is None:  # SQLite: the file (and its -wal, -shm) readable by us only
-            private_file(config.data_dir / "troupe.db")
+            touch_private(config.data_dir / "troupe.db")
         engine = make_engine(config.database_url)
         await migrate(engine)
         keys = KeyCache()

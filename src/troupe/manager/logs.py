@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import os
 import re
 import shutil
 import threading
@@ -23,6 +22,7 @@ from typing import IO, NamedTuple
 from troupe.api import defaults
 from troupe.api.aio import cancel_all
 from troupe.manager.log_positions import TIMESTAMP, Position, nanos
+from troupe.manager.private_file import private_dir, write_private
 
 #: Characters of a saved log read in one go (in a thread; a merge holds one such piece per
 #: kernel), and the longest line passed on whole (longer ones go in pieces, as the agent
@@ -215,19 +215,6 @@ def tail(text: str, limit: int) -> str:
     return cut.decode(errors="ignore")
 
 
-def _private_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.chmod(0o700)
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Writes ``path`` with mode 0600 from the start, whatever the umask."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
-        f.write(text)
-
-
 def _open(path: Path) -> IO[str] | None:
     try:
         return path.open(encoding="utf-8", errors="replace", newline="")
@@ -294,12 +281,12 @@ class LogStore:
     ) -> None:
         """Saves kernels' logs: of the last attempt, or (with ``attempt``) of a failed attempt
         of a session that restarted (docs/policies.md)."""
-        _private_dir(self.root)
+        private_dir(self.root)
         d = self.root / session_id
-        _private_dir(d)
+        private_dir(d)
         for host, text in logs.items():
             if _HOSTNAME.match(host):
-                _write_private(d / _name(host, attempt), tail(text, limit))
+                write_private(d / _name(host, attempt), tail(text, limit))
         with self._lock:
             index = self._scanned()
             index[session_id] = (time.time(), _size(d))
@@ -356,7 +343,7 @@ class LogStore:
             oldest = min(index, key=lambda sid: index[sid])
             used -= index.pop(oldest)[1]
             shutil.rmtree(self.root / oldest, ignore_errors=True)
-            _write_private(self.root / f"{oldest}{EVICTED}", "")  # to say so, not to fail
+            write_private(self.root / f"{oldest}{EVICTED}", "")  # to say so, not to fail
             gone.append(oldest)
         return gone
 
