@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
-from troupe.agent import files, hold
+from troupe.agent import events, files, hold, restart
+from troupe.api.agent import KernelExit
 from troupe.api.policies import SUPERVISED_VAR
 
 CID = "c0ffee"
@@ -99,3 +103,142 @@ def test_a_held_containers_marker_goes_with_its_files(tmp_path: Path, holds: hol
     hold.held_path(NAME).touch()
     files.remove_files("0123456789abcdef")
     assert not hold.held_path(NAME).exists()
+
+
+class _Container:
+    """A container of a fake engine: its state now, and a start that fails as told."""
+
+    def __init__(self, state: dict[str, Any], fail: Exception | None = None) -> None:
+        self.state, self.fail, self.started = state, fail, False
+
+    async def show(self) -> dict[str, Any]:
+        return {"State": self.state}
+
+    async def start(self) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.started = True
+
+
+def _engine(container: _Container) -> Any:
+    return types.SimpleNamespace(containers=types.SimpleNamespace(container=lambda cid: container))
+
+
+def _watch_one_death(
+    holds: hold.Holds,
+    monkeypatch: pytest.MonkeyPatch,
+    meanwhile: Callable[[], None],
+    removing: set[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Hands one death of the container to an ExitWatcher whose reads of it let ``meanwhile``
+    run (a restart or a removal landing then); the holds it started."""
+    started: list[dict[str, Any]] = []
+    reported: list[KernelExit] = []
+    exit_ = KernelExit(session_id="s", kernel_id="k", exit_code=1)
+
+    async def reads(docker: Any, event: dict[str, Any]) -> tuple[KernelExit, dict[str, Any]]:
+        await asyncio.sleep(0)
+        meanwhile()
+        await asyncio.sleep(0)
+        return exit_, dead(pinned="10.1.0.3")
+
+    async def on_exit(e: KernelExit) -> None:
+        reported.append(e)
+
+    monkeypatch.setattr(events, "kernel_exit", reads)
+    monkeypatch.setattr(holds, "start", started.append)
+    removing = set() if removing is None else removing
+    watcher = events.ExitWatcher(None, on_exit, removing.__contains__, holds)  # type: ignore[arg-type]
+    asyncio.run(watcher._handle({"Action": "die", "Actor": {"ID": CID}}))
+    assert reported == [exit_]  # (the exit is reported either way)
+    return started
+
+
+def test_a_death_is_held_when_nothing_happened_during_its_reads(
+    holds: hold.Holds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert len(_watch_one_death(holds, monkeypatch, lambda: None)) == 1
+
+
+def test_a_restart_during_a_deaths_reads_is_not_held(
+    holds: hold.Holds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another kernel's failure restarted the session while this death was read: the restart
+    starts this container itself; a hold then would list a live kernel as held."""
+    assert _watch_one_death(holds, monkeypatch, lambda: holds.starting(CID)) == []
+
+
+def test_a_removal_during_a_deaths_reads_starts_nothing(
+    holds: hold.Holds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    removing: set[str] = set()
+    assert _watch_one_death(holds, monkeypatch, lambda: removing.add(CID), removing) == []
+
+
+def _held_start(holds: hold.Holds, container: _Container) -> bool:
+    holds._docker = lambda: _engine(container)
+    holds.ran(CID, "troupe-net", "10.1.0.3")
+    os.mkfifo(files.events_path(NAME), 0o600)
+
+    async def go() -> bool:
+        info = dead(pinned="10.1.0.3")  # (pinned already: no network calls)
+        holds.start(info)
+        assert holds.is_held(CID, NAME) and holds.word_ready(CID)
+        return await holds.settle(CID)
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("error", [aiohttp.ClientError("gone"), TimeoutError()])
+def test_a_held_start_failing_otherwise_than_dockers_way_is_cleaned_up(
+    holds: hold.Holds, error: Exception
+) -> None:
+    assert not _held_start(holds, _Container({"Running": False}, fail=error))
+    assert not holds.is_held(CID, NAME) and not hold.held_path(NAME).exists()
+    assert not holds._fifos and not holds._starts
+
+
+def test_a_held_start_skips_a_container_started_since_its_death(holds: hold.Holds) -> None:
+    for state in ({"Running": True}, {"Running": False, "StartedAt": "2026-01-01T00:00:01Z"}):
+        container = _Container(state)
+        assert not _held_start(holds, container) and not container.started
+        assert not holds.is_held(CID, NAME) and not holds._fifos
+        os.unlink(files.events_path(NAME))
+
+
+def test_a_word_not_written_falls_back_to_restart_sh(holds: hold.Holds, tmp_path: Path) -> None:
+    """The FIFO cannot be written: the restart gives the word with restart.sh (``_held`` says
+    it could not), without waiting for a readiness that cannot come."""
+    plain = tmp_path / "plain"
+    plain.touch()
+    holds._held.add(CID)
+    holds._fifos[CID] = os.open(plain, os.O_RDONLY)  # (a write fails)
+    settled: list[str] = []
+
+    async def settle(cid: str) -> bool:
+        settled.append(cid)
+        return True
+
+    holds.settle = settle  # type: ignore[method-assign]
+    agent = types.SimpleNamespace(holds=holds)
+    spec = types.SimpleNamespace(files=None, container_name=NAME)
+    assert asyncio.run(restart._held(agent, spec, CID)) is None  # type: ignore[arg-type]
+    assert settled == [] and not holds.is_held(CID, NAME)
+    assert not holds.word("other", NAME)  # (no FIFO here)
+    holds.close()
+    assert not holds._fifos
+
+
+def test_the_fifos_end_is_closed_once_the_kernel_is_ready(holds: hold.Holds) -> None:
+    os.mkfifo(files.events_path(NAME), 0o600)
+    holds._fifos[CID] = fd = os.open(files.events_path(NAME), os.O_RDWR | os.O_NONBLOCK)
+    holds._held.add(CID)
+    with holds.worded([CID]):
+        pass
+    assert holds._fifos == {CID: fd}  # (still held: no word yet)
+    assert holds.word(CID, NAME)
+    with holds.worded([CID]):
+        assert CID in holds._fifos  # (until the readiness wait is over)
+    assert not holds._fifos
+    with pytest.raises(OSError):
+        os.fstat(fd)

@@ -166,9 +166,9 @@ class DockerAgent(ImageOps):
         self._sampler.start()  # (samples nothing with an interval of 0)
 
     async def close(self) -> None:
-        for task in (self._sampler, self._exits):
-            if task:
-                await task.close()
+        for task in (t for t in (self._sampler, self._exits) if t):
+            await task.close()
+        self.holds.close()
         if self._docker:
             await self._docker.close()
 
@@ -325,7 +325,7 @@ class DockerAgent(ImageOps):
         containers = {h: await self.kernels.resolve(c) for h, c in containers.items()}
         fifos = [f for c in containers.values() if (f := self._events.pop(c, None))]
         since = {h: self._since.pop(c, 0) for h, c in containers.items()}
-        with peers_started(fifos):
+        with peers_started(fifos), self.holds.worded(containers.values()):
             return await ready.wait_ready(self.docker, containers, timeout, since, len(hosts))
 
     async def signal_go(self, container_id: str) -> None:

@@ -100,11 +100,20 @@ class ExitWatcher:
             cid, (actor.get("Attributes") or {}).get("name", "")
         ):
             return  # (stopped while it waited for its word: its kernel's exit was reported)
+        generation = holds.generation(cid) if holds is not None else 0
         found = await kernel_exit(self._docker, event)
         if found is None:
             return
         exit_, info = found
-        if holds and info and holds.holds(info, exit_.exit_code, exit_.oom_killed):
+        # (no await from these checks to the start: a restart or a removal of the container
+        # during the reads above makes this death old news for a hold)
+        if (
+            holds is not None
+            and info
+            and holds.holds(info, exit_.exit_code, exit_.oom_killed)
+            and holds.generation(cid) == generation
+            and not self._removing(cid)
+        ):
             holds.start(info)
         await self._on_exit(exit_)
 

@@ -16,6 +16,15 @@ its death is no news (no exit reported, no second start). When the session is no
 (no restarts left, a ``no_restart_exit_codes`` code, destroyed, a time limit) its end removes
 it with its other containers, as before; the removal waits for a start under way first.
 
+A death is held only while nothing else started the container since it was read (a restart of
+the same kernel, set off by another kernel's failure, can start it while the death's inspection
+and log are read): the agent counts each start of a container it makes (:meth:`Holds.starting`)
+and holds a death only where the count did not change meanwhile, nor the container is being
+removed; the held start itself skips a container running again, or started since its death.
+
+The agent's end of the FIFO is closed once the held kernel is ready (its supervisor read the
+word: :meth:`Holds.worded`), at its next hold or removal, or with the agent.
+
 The address it had on the session network is pinned before the start (the engine gives a
 started-again container any free one otherwise), as the restart does; a container whose
 address this agent does not know (it was restarted since the container last started, and the
@@ -32,7 +41,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +49,7 @@ from aiodocker.exceptions import DockerError
 from aiodocker.networks import DockerNetwork
 
 from troupe.agent.files import FILES_DIR, events_path
+from troupe.agent.kernel import endpoint
 from troupe.api.agent import LABEL_HOSTNAME
 from troupe.api.policies import SUPERVISED_VAR
 
@@ -90,6 +100,17 @@ class Holds:
         #: container id -> the agent's end of its FIFO, open from before its held start until
         #: its next hold or removal (a line written to a FIFO lives while an end is open)
         self._fifos: dict[str, int] = {}
+        #: container id -> how many times this agent started it again (:meth:`starting`)
+        self._starts_made: dict[str, int] = {}
+
+    def starting(self, cid: str) -> None:
+        """The agent starts the container again (a restart): a death read before is old news."""
+        self._starts_made[cid] = self._starts_made.get(cid, 0) + 1
+
+    def generation(self, cid: str) -> int:
+        """How many times the agent started the container again (read before a death's reads,
+        compared after them)."""
+        return self._starts_made.get(cid, 0)
 
     def ran(self, cid: str, network: str, ip: str | None) -> None:
         """A container (re)started with ``ip`` on ``network``."""
@@ -127,12 +148,17 @@ class Holds:
     async def _start(self, info: dict[str, Any]) -> bool:
         cid = str(info["Id"])
         try:
+            container = self._docker().containers.container(cid)
+            now = (await container.show()).get("State") or {}
+            if now.get("Running") or now.get("StartedAt") != info["State"].get("StartedAt"):
+                raise _StartedSince  # (a restart started it: not held)
             network, ip = address_of(info, self.addresses) or ("", "")
             host = ((info.get("Config") or {}).get("Labels") or {}).get(LABEL_HOSTNAME) or ""
             await pin_address(self._docker(), info, network, ip, host)
-            await self._docker().containers.container(cid).start()
-        except DockerError as e:  # (its restart starts it, as before)
-            log.warning("could not start %s again (held): %s", name_of(info), e.message)
+            await container.start()
+        except Exception as e:  # (its restart starts it, as before)
+            if not isinstance(e, _StartedSince):
+                log.warning("could not start %s again (held): %s", name_of(info), _why(e))
             self._close(cid)
             self.release(cid, name_of(info))
             self._starts.pop(cid, None)
@@ -143,11 +169,27 @@ class Holds:
         """Whether the container is held with its FIFO here: its word needs no ``exec``."""
         return cid in self._held and cid in self._starts and cid in self._fifos
 
-    def word(self, cid: str, name: str) -> None:
-        """Gives a held container its word on its FIFO (kept there until it reads it)."""
+    def word(self, cid: str, name: str) -> bool:
+        """Gives a held container its word on its FIFO (kept there until it reads it); whether
+        it was written (else the word is ``restart.sh``'s)."""
         self.release(cid, name)
-        with contextlib.suppress(OSError):
-            os.write(self._fifos[cid], WORD_LINE)
+        fd = self._fifos.get(cid)
+        try:
+            return fd is not None and os.write(fd, WORD_LINE) == len(WORD_LINE)
+        except OSError as e:
+            log.warning("could not give %s its word on its FIFO: %s", name, e)
+            return False
+
+    @contextlib.contextmanager
+    def worded(self, cids: Iterable[str]) -> Iterator[None]:
+        """Around a readiness wait: the agent's ends of these containers' FIFOs closed after it
+        (a ready kernel's supervisor read its word; a line left unread goes with the attempt)."""
+        try:
+            yield
+        finally:
+            for cid in cids:
+                if cid not in self._held:
+                    self._close(cid)
 
     async def settle(self, cid: str) -> bool:
         """Waits for the container's held start if one was made (and forgets it); whether it
@@ -172,10 +214,23 @@ class Holds:
         self.addresses.pop(cid, None)
         self._close(cid)
 
+    def close(self) -> None:
+        """The agent closes: its ends of the FIFOs with it."""
+        for cid in list(self._fifos):
+            self._close(cid)
+
     def _close(self, cid: str) -> None:
         fd = self._fifos.pop(cid, None)
         if fd is not None:
             os.close(fd)
+
+
+class _StartedSince(Exception):
+    """The container was started again since its death was read."""
+
+
+def _why(e: Exception) -> str:
+    return e.message if isinstance(e, DockerError) else (str(e) or type(e).__name__)
 
 
 async def pin_address(
@@ -191,5 +246,4 @@ async def pin_address(
     net = DockerNetwork(docker, network)  # type: ignore[no-untyped-call]
     with contextlib.suppress(DockerError):  # (not connected: connected below)
         await net.disconnect({"Container": info["Id"], "Force": True})
-    config = {"Aliases": [hostname], "IPAMConfig": {"IPv4Address": ip}}
-    await net.connect({"Container": info["Id"], "EndpointConfig": config})
+    await net.connect({"Container": info["Id"], "EndpointConfig": endpoint(hostname, ip)})

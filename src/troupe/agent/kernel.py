@@ -159,17 +159,17 @@ def container_config(
             **({"DeviceRequests": device_requests(spec.gpus)} if spec.gpus else {}),
         },
         "NetworkingConfig": {
-            "EndpointsConfig": {spec.network: endpoint(spec)},
+            "EndpointsConfig": {spec.network: endpoint(spec.hostname, spec.ip)},
         },
     }
 
 
-def endpoint(spec: KernelSpec) -> dict[str, Any]:
-    """The kernel on its network: its hostname as alias, and its address when it must keep
+def endpoint(hostname: str, ip: str | None) -> dict[str, Any]:
+    """A kernel on its network: its hostname as alias, and its address when it must keep
     one (a restart in place)."""
-    config: dict[str, Any] = {"Aliases": [spec.hostname]}
-    if spec.ip:
-        config["IPAMConfig"] = {"IPv4Address": spec.ip}
+    config: dict[str, Any] = {"Aliases": [hostname]}
+    if ip:
+        config["IPAMConfig"] = {"IPv4Address": ip}
     return config
 
 

@@ -80,6 +80,8 @@ def started_of(spec: KernelSpec, info: dict[str, Any]) -> KernelStarted:
 async def restart_kernel(agent: DockerAgent, spec: KernelSpec) -> KernelRestarted:
     """``spec``'s kernel started again (see the module's docstring)."""
     info = await _show(agent, spec)
+    if info is not None:
+        agent.holds.starting(info["Id"])  # (a death of it read meanwhile is not held)
     if info is not None and agent.holds.word_ready(info["Id"]):
         again = await _held(agent, spec, info["Id"])
         if again is not None:
@@ -116,14 +118,14 @@ async def restart_kernel(agent: DockerAgent, spec: KernelSpec) -> KernelRestarte
 async def _held(agent: DockerAgent, spec: KernelSpec, cid: str) -> KernelRestarted | None:
     """A container held with its FIFO here (:mod:`troupe.agent.hold`): its files rewritten,
     then its word on the FIFO, at once, its start under way or not; then that start waited
-    for. None where the word could not be given so (no files archive here; the start failed:
-    the word went with the FIFO's end): the container goes the way of the others."""
+    for. None where the word could not be given so (no files archive here; the FIFO could not
+    be written; the start failed: the word went with the FIFO's end): the container goes the
+    way of the others (its word ``restart.sh``)."""
     files = rewrite_files(spec) if spec.files else None
     if spec.files and files is None:
         return None
     word_at = time.time_ns()  # (before the word: every line of the new attempt is later)
-    agent.holds.word(cid, spec.container_name)
-    if not await agent.holds.settle(cid):
+    if not agent.holds.word(cid, spec.container_name) or not await agent.holds.settle(cid):
         return None
     info = await _show(agent, spec)
     if info is None or not info["State"].get("Running"):
@@ -159,6 +161,7 @@ async def _start(
     readiness FIFO where ``files`` made one."""
     cid = info["Id"]
     container = agent.docker.containers.container(cid)
+    agent.holds.starting(cid)  # (a death of it read meanwhile is not held)
     agent.removing.add(cid)  # (until started again)
     written = None
     try:

@@ -131,7 +131,8 @@ class KernelState(BaseModel):
     kernel_id: str
     hostname: str
     container_id: str
-    #: the engine's state: running, exited, created, ...
+    #: the engine's state: running, exited, created, ...; or ``held`` (a failed kernel's
+    #: container started again, waiting for its restart's word: not a live kernel)
     state: str
     #: UUIDs of the GPUs its container was given
     gpus: list[str] = Field(default_factory=list)
