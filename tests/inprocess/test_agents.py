@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.inprocess.conftest import IMAGE, Harness, eventually
+from tests.inprocess.conftest import IMAGE, Harness, MakeManager, eventually
 from tests.inprocess.helpers import anon_client, error_of, get_when, heartbeats, running
 
 
@@ -287,3 +287,35 @@ async def test_a_pause_of_the_manager_is_no_silence_of_its_agents(manager: Harne
     await fleet.check()
     assert "h2" not in fleet.lost
     assert await agent_status(manager, "h2") == "ALIVE"
+
+
+async def test_a_hung_call_to_a_silent_agent_does_not_delay_its_loss(
+    make_manager: MakeManager,
+) -> None:
+    """The scheduler loop's orphan sweep waits on a call to an agent that went silent (that
+    call's time-out is far longer than the agent's): the event loop is not stalled meanwhile,
+    so the wait is no pause of the manager, and the agent is LOST on time."""
+    h = await make_manager(sweep_interval=0.05)
+    assert h.app is not None
+    fleet = h.app.state.registry.fleet
+    await h.register("h2")
+    h.remotes["h2"].delays["list_kernels"] = 6.0  # every sweep hangs on it
+    t0 = time.monotonic()
+    await eventually(lambda: "h2" in fleet.lost, timeout=8.0)
+    # its time-out (1 s), the longest gap between two checks and a margin
+    assert time.monotonic() - t0 < 1.0 + fleet.check_within + 1.0
+
+
+async def test_a_heartbeat_right_after_a_pause_gets_no_credit_for_it(manager: Harness) -> None:
+    """The manager stalls; the first thing it takes after is the agent's heartbeat, its last:
+    the agent is LOST its time-out after that heartbeat, the stall before it forgives nothing."""
+    assert manager.app is not None
+    fleet = manager.app.state.registry.fleet
+    c = await manager.register("h2")
+    await asyncio.sleep(0.3)  # the ticker runs
+    time.sleep(1.6)  # noqa: ASYNC251 (blocking on purpose: the whole manager pauses)
+    r = await c.post("/agents/h2/heartbeat")
+    assert r.status_code == 204, r.text
+    t0 = time.monotonic()
+    await eventually(lambda: "h2" in fleet.lost, timeout=5.0)
+    assert time.monotonic() - t0 < 1.0 + fleet.check_within + 0.9

@@ -1,6 +1,6 @@
-"""A lost agent's verdict: the wait for it adds the heartbeat check's period the fleet uses
-(one definition, Fleet.check_every), and the verdict carries the restarts it was judged with
-(an ``agent lost`` failure names them without loading the session again)."""
+"""A lost agent's verdict: the wait for it adds the longest gap between two heartbeat checks
+the fleet allows (one definition, Fleet.check_within), and the verdict carries the restarts it
+was judged with (an ``agent lost`` failure names them without loading the session again)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from troupe.manager.fleet import Fleet
 from troupe.manager.life import lost, replacing
 
 
-@pytest.mark.parametrize(("timeout", "every"), [(30.0, 1.0), (0.6, 0.2)])
-def test_the_wait_uses_the_fleets_check_period(timeout: float, every: float) -> None:
+@pytest.mark.parametrize(("timeout", "within"), [(30.0, 5.0), (0.6, 0.2)])
+def test_the_wait_uses_the_fleets_longest_check_gap(timeout: float, within: float) -> None:
     fleet: Any = SimpleNamespace(config=SimpleNamespace(agent_timeout=timeout))
-    assert Fleet.check_every.fget(fleet) == pytest.approx(every)  # type: ignore[attr-defined]
+    assert Fleet.check_within.fget(fleet) == pytest.approx(within)  # type: ignore[attr-defined]
     life: Any = SimpleNamespace(
-        config=SimpleNamespace(agent_timeout=timeout), fleet=SimpleNamespace(check_every=0.25)
+        config=SimpleNamespace(agent_timeout=timeout), fleet=SimpleNamespace(check_within=0.25)
     )
     assert lost.verdict_seconds(life) == pytest.approx(timeout + 0.25 + 1.0)
 

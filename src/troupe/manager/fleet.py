@@ -64,8 +64,9 @@ class Fleet:
         self._remote = remote
         #: LOST agents: skipped when removing sessions (the sweep cleans up once they are back)
         self.lost: set[str] = set()
-        #: the manager's own pauses, not counted as the agents' silence
-        self.pauses = PauseClock()
+        #: the manager's own pauses, not counted as the agents' silence (kept as long as an
+        #: ALIVE agent's silence can reach: its time-out and two checks' gaps)
+        self.pauses = PauseClock(config.agent_timeout + 2 * self.check_within)
         self.events: asyncio.Queue[FleetEvent] = asyncio.Queue()
         #: agent of another host -> SHA-256 of its credential (as stored in its row)
         self._credentials: dict[str, str] = {}
@@ -343,7 +344,6 @@ class Fleet:
                 token = self.config.resolve_agent_token()
                 self.agents[name] = self._remote(name, address, token)
             self._credentials[name] = issued_hash
-            self.pauses.heard(name)
             self.lost.discard(name)
         self.events.put_nowait(AgentBack(name))
         return issued
@@ -393,7 +393,6 @@ class Fleet:
         back = await self.store.write(step)
         if back is None:
             return False
-        self.pauses.heard(name)
         self.lost.discard(name)
         if back:
             log.warning("agent %s is back", name)
@@ -408,8 +407,9 @@ class Fleet:
 
     @property
     def check_within(self) -> float:
-        """Seconds between two :meth:`check` passes, at most (the scheduler loop wakes this
-        often at least): a third of the time-out, 5 s at most."""
+        """Seconds between two :meth:`check` passes, at most, a check's own wait for the
+        database included (the scheduler loop also wakes this often at least): a third of the
+        time-out, 5 s at most."""
         return min(5.0, self.config.agent_timeout / 3)
 
     async def check(self) -> None:
@@ -417,12 +417,11 @@ class Fleet:
         manager's own pauses are not their silence (:mod:`troupe.manager.pauses`)."""
         timeout = self.config.agent_timeout
         now = utcnow()
-        self.pauses.check(now, self.check_within)
 
         def silent(row: Agent) -> bool:
             if row.last_heartbeat is None:
                 return True
-            paused = self.pauses.since_heard(row.id)
+            paused = self.pauses.paused(row.last_heartbeat, now)
             return (now - row.last_heartbeat).total_seconds() - paused > timeout
 
         async def step(db: AsyncSession) -> list[str]:

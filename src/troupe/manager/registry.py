@@ -77,6 +77,8 @@ class Registry:
         await reconcile.reconcile(self.life, self.end, self._replace)
         self.placer.listen()
         self._spawn(self._scheduler_loop(), "scheduler")
+        self._spawn(self.fleet.pauses.run(), "pause-ticker")
+        self._spawn(self._heartbeat_loop(), "heartbeat-check")
         self._spawn(self._event_loop(), "fleet-events")
         self._spawn(self._wake_on_changes(), "wake-on-changes")
         self._wake.set()
@@ -264,10 +266,6 @@ class Registry:
         last_sweep = time.monotonic()
         last_retention = -retention.INTERVAL  # a first sweep at start
         next_pass = 5.0
-        # Heartbeats are checked at most this often, not on every wake-up: a pass that places
-        # a new session is on the way to its start.
-        check_every = self.fleet.check_every
-        last_check = -check_every
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(next_pass):  # not wait_for: it can swallow a cancel
@@ -281,10 +279,6 @@ class Registry:
                     next_pass = min(next_pass, result.next_due)
                 for sid in result.placed:
                     self._preparers[sid] = self._spawn(self._prepare(sid), f"prepare-{sid}")
-                # (after placing: a new session does not wait for it)
-                if time.monotonic() - last_check >= check_every:
-                    last_check = time.monotonic()
-                    await self.fleet.check()
                 if time.monotonic() - last_sweep > self.config.sweep_interval:
                     last_sweep = time.monotonic()
                     await self.fleet.sweep_orphans()
@@ -293,6 +287,16 @@ class Registry:
                     await retention.sweep(self.life)
             except Exception:
                 log.exception("scheduling pass failed")
+
+    async def _heartbeat_loop(self) -> None:
+        """Checks the agents' heartbeats in a task of its own: the scheduler loop's awaits (an
+        orphan sweep waiting on a silent agent) do not delay its loss."""
+        while True:
+            await asyncio.sleep(self.fleet.check_every)
+            try:
+                await self.fleet.check()
+            except Exception:
+                log.exception("heartbeat check failed")
 
     async def _wake_on_changes(self) -> None:
         """New sessions, freed resources and returning agents wake the scheduler."""

@@ -48,9 +48,9 @@ async def awaits_verdict(life: Life, session_id: str) -> tuple[SessionStatus, in
 
 
 def verdict_seconds(life: Life) -> float:
-    """How long to wait for an agent's heartbeat verdict: its time-out, the check's period
-    and a margin."""
-    return life.config.agent_timeout + life.fleet.check_every + 1.0
+    """How long to wait for an agent's heartbeat verdict: its time-out, the longest gap
+    between two checks and a margin."""
+    return life.config.agent_timeout + life.fleet.check_within + 1.0
 
 
 async def _silent(life: Life, agents: set[str]) -> bool:
