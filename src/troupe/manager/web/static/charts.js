@@ -27,9 +27,10 @@
     return e;
   };
 
-  // A bytes axis' ticks: multiples of a power of two (0, 128 MiB, 256 MiB), not of ten.
+  // A bytes axis' ticks: multiples of a power of two (0, 128 MiB, 256 MiB), not of ten. Only
+  // 0 below 1 KiB: a chart without samples spans 0-1, and halves of a byte read "1 B, 1 B".
   function binarySplits(u, axis, min, max) {
-    if (!(max > 0)) return [0];
+    if (!(max >= 1024)) return [0];
     const step = 2 ** Math.floor(Math.log2(max / 2));
     const out = [];
     for (let v = 0; v <= max; v += step) out.push(v);
@@ -51,7 +52,9 @@
       this.u = new uPlot({
         width: Math.max(200, plot.clientWidth || 280), height: 110,
         legend: {show: true, live: false}, cursor: {show: false},
-        scales: {y: {range: (u, lo, hi) => [0, top || (hi > 0 ? hi * 1.1 : 1)]}},
+        // (one sample: the minute before it, not uPlot's span of years around a point)
+        scales: {x: {time: true, range: (u, lo, hi) => (lo !== null && lo === hi ? [lo - 60, hi] : [lo, hi])},
+          y: {range: (u, lo, hi) => [0, top || (hi > 0 ? hi * 1.1 : 1)]}},
         series: [{}, ...lines.map((l) => ({label: l.label, stroke: l.color, width: 1.5, dash: l.dash,
           points: {show: false}}))],
         axes: [{size: 26, font: "11px system-ui"},
