@@ -4,7 +4,10 @@ Most placements put a whole session on one agent: :func:`take_whole` finds that 
 tightest fit, :meth:`Pool.whole_fit`'s rule) and holds the session on it in one step, with the
 lists bound to locals and the agent's old entry already found by the search (one bisection
 fewer per list it was found in). Pure, in memory; answers equal to ``whole_fit`` then
-``hold`` to the last bit.
+``hold`` to the last bit. Its body repeats, inline, what :func:`move` and ``Pool``'s level of
+a memory amount do (inlined: the hot path of every placement): those are the
+reference versions, and a change to either must be made here too (the scheduler's hypothesis
+tests compare both paths).
 """
 
 from __future__ import annotations
