@@ -5,6 +5,7 @@ origin fails the test. Screenshots go to $TROUPE_ARTIFACTS (default tests/browse
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,6 +66,13 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
 def web(browser: Browser, server: Server) -> Iterator[Web]:
     """A signed-in browser context on the module's server (a module that needs another server
     or a signed-out context defines its own ``web``)."""
+    with signed_in(browser, server) as w:
+        yield w
+
+
+@contextlib.contextmanager
+def signed_in(browser: Browser, server: Server) -> Iterator[Web]:
+    """A browser context on ``server``, signed in as its admin, closed at the end."""
     w = Web(browser, server)
     try:
         w.sign_in(server.key)

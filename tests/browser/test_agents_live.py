@@ -13,8 +13,8 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
-from tests.browser.conftest import Web
-from tests.conftest import Server, start_server, stop_server
+from tests.browser.conftest import Web, signed_in
+from tests.conftest import Server, serving
 
 pytestmark = pytest.mark.docker
 TIMEOUT = 15  # s: --agent-timeout of this module's manager
@@ -22,21 +22,14 @@ TIMEOUT = 15  # s: --agent-timeout of this module's manager
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[Server]:
-    s = start_server(tmp_path_factory.mktemp("agents-live"), "--agent-timeout", str(TIMEOUT))
-    try:
+    with serving(tmp_path_factory.mktemp("agents-live"), "--agent-timeout", str(TIMEOUT)) as s:
         yield s
-    finally:
-        stop_server(s)
 
 
 @pytest.fixture(scope="module")
 def web(browser: Browser, quick: Server) -> Iterator[Web]:
-    w = Web(browser, quick)
-    try:
-        w.sign_in(quick.key)
+    with signed_in(browser, quick) as w:
         yield w
-    finally:
-        w.close()
 
 
 def test_the_heartbeat_age_is_live(web: Web, quick: Server) -> None:

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Locator, expect
 
-from tests.browser.conftest import Web
-from tests.conftest import BASE_IMAGE, Server, start_server, stop_server
+from tests.browser.conftest import Web, signed_in
+from tests.conftest import BASE_IMAGE, Server, serving
 from troupe.api.models import Resources, SessionCreate
 
 pytestmark = pytest.mark.docker
@@ -24,24 +24,14 @@ START = 120_000  # ms
 
 @pytest.fixture(scope="module")
 def metered(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[Server]:
-    s = start_server(tmp_path_factory.mktemp("charts"), "--metrics-interval", "1")
-    try:
+    with serving(tmp_path_factory.mktemp("charts"), "--metrics-interval", "1") as s:
         yield s
-    finally:
-        c = s.client()
-        for info in c.list_sessions():
-            c.destroy_session(info.id)
-        stop_server(s)
 
 
 @pytest.fixture(scope="module")
 def web(browser: Browser, metered: Server) -> Iterator[Web]:
-    w = Web(browser, metered)
-    try:
-        w.sign_in(metered.key)
+    with signed_in(browser, metered) as w:
         yield w
-    finally:
-        w.close()
 
 
 def points(figure: Locator) -> int:

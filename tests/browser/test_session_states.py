@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, Response, expect
 
-from tests.browser.conftest import Web
+from tests.browser.conftest import Web, signed_in
 from tests.conftest import BASE_IMAGE, Server, serving
 from troupe.api.models import Resources, SessionCreate
 from troupe.api.roles import RoleSpec
@@ -30,13 +30,8 @@ def sampled(browser: Browser, tmp_path: Path, docker_engine: None) -> Iterator[W
     """A signed-in context on a server of its own whose agent samples every second (5 s by
     default): a running page's charts have their points within seconds. (The module's server
     keeps 5 s: its short session ends before the first sample.)"""
-    with serving(tmp_path, "--metrics-interval", "1") as s:
-        w = Web(browser, s)
-        try:
-            w.sign_in(s.key)
-            yield w
-        finally:
-            w.close()
+    with serving(tmp_path, "--metrics-interval", "1") as s, signed_in(browser, s) as w:
+        yield w
 
 
 def no_live_controls(page: Page) -> None:
