@@ -3,24 +3,31 @@ fresh start of the same session.
 
 Usage:
     .venv/bin/python bench/restarts.py [--sizes 2,4,8] [--rounds 3] [--cpu 0.25] [--mem 64m]
+                                       [--failures crash,kill]
 
 A real ``troupe server`` (its local agent on this machine's engine) runs N-kernel interactive
 sessions of ``troupe/base``. For each N, rounds interleave:
   fresh    POST /v1/sessions -> RUNNING (every kernel reaches every other), then DELETE;
-  restart  one session created with ``max_restarts`` = rounds and left RUNNING; each round
-           a kill of its ``sub1`` container (SIGKILL through the engine's API, as ``docker
-           kill`` does, without the CLI's own start-up), and the time from the kill to the
-           session RUNNING again with one more restart (the engine's report of the death;
-           sub1's container started again by its agent at once, held; the other kernels set
-           up again inside their running containers by their supervising entrypoints, on the
-           agent's word; sub1's word; the readiness barrier).
-Each restart is also cut into steps, in seconds from the kill (the engine's events, the
+  crash    one session created with ``max_restarts`` = rounds x failures and left RUNNING;
+           each round SIGKILL to the command of its ``sub1`` kernel (the process its
+           supervising entrypoint runs: a crashed training process), sent by an exec made
+           beforehand and started at the clock's start, and the time to the session RUNNING
+           again with one more restart (the supervisor's report of the failure, its container
+           left running, held in place; every kernel set up again inside its running container
+           on the agent's word; the readiness barrier);
+  kill     the same session, each round a kill of its ``sub1`` container (SIGKILL through the
+           engine's API, as ``docker kill`` does, without the CLI's own start-up), and the time
+           from the kill to the session RUNNING again (the engine's report of the death; sub1's
+           container started again by its agent at once, held; the other kernels set up again
+           inside their running containers; sub1's word; the readiness barrier).
+Each restart is also cut into steps, in seconds from the failure (the engine's events, the
 manager's events and the kernels' timelines): ``died`` (the engine's ``die`` of sub1),
 ``reported`` (the session RESTARTING: the agent's reading of the death and the manager's
 judgement), ``word`` (the latest survivor's word given), ``held start`` (the engine's ``start``
 of sub1's container, held), ``sub1 started`` (its new attempt begun: the later of its word and
 its start), ``ready`` (the last kernel's "troupe: ready") and ``running``.
-Prints medians and the ratio restart/fresh (target: <= 0.7) and writes every round to
+(``died`` and ``held start`` are only a killed container's.) Prints medians and the ratio
+restart/fresh per kind of failure (target: <= 0.7) and writes every round to
 bench/results/restarts.json; passes or fails nothing (machines differ, and a shared machine's
 load moves both). Sessions are named ``tbench-*`` and removed on failure or Ctrl-C.
 """
@@ -83,22 +90,42 @@ async def fresh(server: TroupeServer, n: int, o: argparse.Namespace, i: int) -> 
         return up
 
 
-async def recovery(api: httpx.AsyncClient, sid: str, count: int, o: argparse.Namespace) -> float:
-    """Kills sub1's container; seconds until the session is RUNNING with ``count`` restarts."""
+#: Run as root in sub1: SIGKILL to every child of its supervising entrypoint (its command).
+CRASH = (
+    "read -r s _ < /run/troupe/supervisor; for p in /proc/[0-9]*; do "
+    'read -r l < "$p/stat" 2>/dev/null || continue; set -- ${l##*) }; '
+    '[ "$2" = "$s" ] && kill -9 "${p#/proc/}"; done'
+)
+
+
+async def recovery(
+    api: httpx.AsyncClient, sid: str, count: int, failure: str, o: argparse.Namespace
+) -> float:
+    """Fails sub1 (``failure``: crash or kill, see the module's docstring); seconds until the
+    session is RUNNING with ``count`` restarts."""
     info = (await api.get(f"/sessions/{sid}")).json()
     sub1 = next(k for k in info["kernels"] if k["hostname"] == "sub1")
+    cid = sub1["container_id"]
     transport = httpx.AsyncHTTPTransport(uds=docker_socket())
     async with httpx.AsyncClient(transport=transport, base_url="http://docker") as engine:
-        t0 = time.perf_counter()
-        killed = datetime.now(UTC)
-        r = await engine.post(f"/containers/{sub1['container_id']}/kill", params={"signal": "KILL"})
+        if failure == "crash":
+            made = await engine.post(
+                f"/containers/{cid}/exec", json={"User": "root", "Cmd": ["sh", "-c", CRASH]}
+            )
+            made.raise_for_status()
+            start, body_ = f"/exec/{made.json()['Id']}/start", {"Detach": True}
+            t0, killed = time.perf_counter(), datetime.now(UTC)
+            r = await engine.post(start, json=body_)
+        else:
+            t0, killed = time.perf_counter(), datetime.now(UTC)
+            r = await engine.post(f"/containers/{cid}/kill", params={"signal": "KILL"})
         r.raise_for_status()
     deadline = t0 + o.timeout
     while time.perf_counter() < deadline:
         info = (await api.get(f"/sessions/{sid}")).json()
         if info["status"] == "RUNNING" and info["restarts"] == count:
             took = time.perf_counter() - t0
-            o.steps.append(await steps(api, sid, info, killed, sub1["container_id"]))
+            o.steps[failure].append(await steps(api, sid, info, killed, cid))
             return took
         if info["status"] in ("TERMINATED", "ERROR", "CANCELLED"):
             raise RuntimeError(f"restart: {info['status']} {info['status_info']}")
@@ -144,29 +171,36 @@ async def steps(
 
 async def one_size(server: TroupeServer, n: int, o: argparse.Namespace) -> dict[str, Any]:
     ups: list[float] = []
-    recoveries: list[float] = []
+    recoveries: dict[str, list[float]] = {f: [] for f in o.failures}
+    restarts = o.rounds * len(o.failures)
     async with server.client() as api:
-        sid = await created(api, server, body(f"{PREFIX}restart-{n}", n, o, o.rounds))
+        sid = await created(api, server, body(f"{PREFIX}restart-{n}", n, o, restarts))
         info = await session_until(api, sid, "running", limit=o.timeout)
         if info["status"] != "RUNNING":
             raise RuntimeError(f"{info['status']} {info['status_info']}")
+        count = 0
         for i in range(o.rounds):
             ups.append(await fresh(server, n, o, i))
-            recoveries.append(await recovery(api, sid, i + 1, o))
-            print(f"  N={n} round {i + 1}: fresh {ups[-1]:.2f} s, restart {recoveries[-1]:.2f} s")
+            line = f"  N={n} round {i + 1}: fresh {ups[-1]:.2f} s"
+            for failure in o.failures:
+                count += 1
+                recoveries[failure].append(await recovery(api, sid, count, failure, o))
+                line += f", {failure} {recoveries[failure][-1]:.2f} s"
+            print(line)
         await api.delete(f"/sessions/{sid}")
         await session_until(api, sid, "final", limit=o.timeout)
-    f, r = statistics.median(ups), statistics.median(recoveries)
-    phases = {k: round(statistics.median(x[k] for x in o.steps), 3) for k in o.steps[0]}
-    o.steps.clear()
-    print(f"  N={n} restart steps (median s from the kill): {phases}")
-    return {
-        "n": n,
-        "fresh_s": ups,
-        "restart_s": recoveries,
-        "ratio": round(r / f, 3),
-        "restart_steps_s": phases,
-    }
+    f = statistics.median(ups)
+    row: dict[str, Any] = {"n": n, "fresh_s": ups}
+    for failure, times in recoveries.items():
+        done, o.steps[failure] = o.steps[failure], []
+        phases = {k: round(statistics.median(x[k] for x in done), 3) for k in done[0]}
+        print(f"  N={n} {failure} steps (median s from the failure): {phases}")
+        row[failure] = {
+            "restart_s": times,
+            "ratio": round(statistics.median(times) / f, 3),
+            "steps_s": phases,
+        }
+    return row
 
 
 async def amain(o: argparse.Namespace) -> list[dict[str, Any]]:
@@ -185,13 +219,21 @@ def main() -> None:
     ap.add_argument("--cpu", type=float, default=0.25, help="cores per kernel")
     ap.add_argument("--mem", default="64m", help="memory per kernel")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument(
+        "--failures", default="crash,kill", type=lambda s: [x for x in s.split(",") if x]
+    )
     o = ap.parse_args()
-    o.steps = []
+    if not o.failures or set(o.failures) - {"crash", "kill"}:
+        ap.error("--failures: a comma-separated list of crash, kill")
+    o.steps = {f: [] for f in o.failures}
     rows = asyncio.run(amain(o))
-    print(f"\n{'N':>3} {'fresh (median)':>15} {'restart (median)':>17} {'ratio':>6}")
+    print(f"\n{'N':>3} {'failure':>8} {'fresh (median)':>15} {'restart (median)':>17} {'ratio':>6}")
     for row in rows:
-        f, r = statistics.median(row["fresh_s"]), statistics.median(row["restart_s"])
-        print(f"{row['n']:>3} {f:>14.2f}s {r:>16.2f}s {row['ratio']:>6.2f}")
+        f = statistics.median(row["fresh_s"])
+        for failure in o.failures:
+            r = statistics.median(row[failure]["restart_s"])
+            ratio = row[failure]["ratio"]
+            print(f"{row['n']:>3} {failure:>8} {f:>14.2f}s {r:>16.2f}s {ratio:>6.2f}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"rounds": o.rounds, "sizes": rows}, indent=2) + "\n")
     print(f"written: {RESULTS.relative_to(ROOT)}")

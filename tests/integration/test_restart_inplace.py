@@ -4,7 +4,8 @@ process of their last attempt is gone; the supervising entrypoint passes the com
 code on, lets SIGINT reach it and passes a time limit's SIGTERM to it. The failed kernel's
 container is started again on its death, held (nothing of the kernel runs) until the restart is
 decided: restarted, its attempt's exit code and lines are kept; not restarted, it goes with the
-session."""
+session. A kernel whose command fails keeps its container running: its supervisor reports the
+failure on its report FIFO and waits, held in place; the engine sees no death."""
 
 from __future__ import annotations
 
@@ -190,3 +191,43 @@ def test_destroyed_while_held(c: Client) -> None:
 
 def kernel(info: SessionInfo, host: str) -> str:
     return next(k.container_id or "" for k in info.kernels if k.hostname == host)
+
+
+def test_a_failed_command_keeps_its_container_running(c: Client) -> None:
+    """sub1's command fails (exit 5) on attempt 0: its container is neither stopped nor started
+    again (the same ``State.StartedAt``, no ``die`` event), the restart record has its exit code
+    and lines, attempt 1 runs in the same container; its failure with no restarts left ends the
+    session with its code, and the held container goes with the session."""
+    name = unique("crash")
+    command = (
+        'echo "attempt $TROUPE_RESTART_COUNT on $BACKENDAI_CLUSTER_HOST"; '
+        '[ "$BACKENDAI_CLUSTER_HOST" = sub1 ] || exec sleep 600; '
+        "while [ ! -e /tmp/fail ]; do sleep 0.1; done; rm /tmp/fail; exit 5"
+    )
+    info = c.create_session(batch(name, command, size=2, max_restarts=1, success_policy="all"))
+    before = c.wait_session(name, until="running", timeout=180)
+    assert before.status == "RUNNING", before.status_info
+    sub1 = kernel(before, "sub1")
+    first = started_at(sub1)
+    since = docker("inspect", "-f", "{{.State.StartedAt}}", sub1).stdout.strip()
+    c.exec(name, ["touch", "/tmp/fail"], kernel="sub1")
+    after = running_again(c, name, 1)
+    assert kernel(after, "sub1") == sub1 and started_at(sub1) == first
+    died = docker("events", "--since", since, "--until", "0s", "--filter", f"container={sub1}")
+    assert " die " not in died.stdout, died.stdout
+    failure = after.restart_history[0]
+    assert (failure.kernel, failure.exit_code, failure.attempt) == ("sub1", 5, 0), failure
+    assert "attempt 0 on sub1" in failure.last_logs
+    want = ["[sub1#0] attempt 0 on sub1", "[sub1#1] attempt 1 on sub1"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # (the command starts once RUNNING again)
+        lines = [x for x in c.logs(name, container="sub1") if "attempt" in x]
+        if lines == want:
+            break
+        time.sleep(0.3)
+    assert lines == want
+    c.exec(name, ["touch", "/tmp/fail"], kernel="sub1")
+    end = final(c, name)
+    assert (end.status, end.exit_code, end.restarts) == ("ERROR", 5, 1), end
+    assert end.status_info["kernel"] == "sub1", end.status_info
+    assert not containers(info.id)

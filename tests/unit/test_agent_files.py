@@ -13,7 +13,7 @@ import pytest
 from tests.unit.test_kernel_specs import specs
 
 from troupe.agent import files
-from troupe.agent.kernel import EVENTS_MOUNT, container_config
+from troupe.agent.kernel import EVENTS_MOUNT, REPORTS_MOUNT, KernelFiles, container_config
 
 
 @pytest.fixture
@@ -66,14 +66,16 @@ def test_peers_started_leaves_the_line_until_the_end(files_dir: Path) -> None:
             os.close(fd)
 
 
-def test_the_fifo_is_mounted_where_ready_sh_waits() -> None:
-    cfg = container_config(
-        specs()[1], "/runner", "/srv", files_tar="/run/x/k.tar", events_fifo="/run/x/k.events"
-    )
-    assert f"/run/x/k.events:{EVENTS_MOUNT}:ro" in cfg["HostConfig"]["Binds"]
-    assert EVENTS_MOUNT == "/run/troupe/events"
-    plain = container_config(specs()[1], "/runner", "/srv", files_tar="/run/x/k.tar")
-    assert not any(EVENTS_MOUNT in b for b in plain["HostConfig"]["Binds"])
+def test_the_fifos_are_mounted_where_ready_sh_waits_and_the_supervisor_reports() -> None:
+    x = Path("/run/x")
+    made = KernelFiles(x / "k.tar", x / "k.events", x / "k.exits")
+    binds = container_config(specs()[1], "/runner", "/srv", files=made)["HostConfig"]["Binds"]
+    assert f"/run/x/k.events:{EVENTS_MOUNT}:ro" in binds
+    assert f"/run/x/k.exits:{REPORTS_MOUNT}:ro" in binds
+    assert (EVENTS_MOUNT, REPORTS_MOUNT) == ("/run/troupe/events", "/run/troupe/exits")
+    plain = container_config(specs()[1], "/runner", "/srv", files=KernelFiles(x / "k.tar", None))
+    mounts = (EVENTS_MOUNT, REPORTS_MOUNT)
+    assert not any(m in b for b in plain["HostConfig"]["Binds"] for m in mounts)
 
 
 def test_a_restart_in_place_rewrites_the_same_file_and_keeps_the_fifo(files_dir: Path) -> None:

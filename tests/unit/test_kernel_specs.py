@@ -7,7 +7,7 @@ import tarfile
 from dataclasses import replace
 from pathlib import Path
 
-from troupe.agent.kernel import container_config, files_archive
+from troupe.agent.kernel import KernelFiles, container_config, files_archive
 from troupe.api.policies import SUPERVISED_VAR
 from troupe.cluster import build_cluster, generate_ed25519
 from troupe.manager.kernels import SessionPlan, kernel_specs
@@ -83,7 +83,8 @@ def test_container_config_limits_labels_alias() -> None:
 
 
 def test_files_archive_is_mounted_read_only_when_given() -> None:
-    cfg = container_config(specs()[1], "/runner", "/srv", files_tar="/run/x/k.tar")
+    files = KernelFiles(Path("/run/x/k.tar"), None)
+    cfg = container_config(specs()[1], "/runner", "/srv", files=files)
     assert "/run/x/k.tar:/opt/troupe-files.tar:ro" in cfg["HostConfig"]["Binds"]
 
 

@@ -271,13 +271,7 @@ class DockerAgent(ImageOps):
             folder_path(folders, m)  # again, now that it exists
         files = kernel_files(spec) if spec.files else None
         config = container_config(
-            spec,
-            runner_dir(),
-            str(folders),
-            self.limits,
-            str(files.tar) if files else None,
-            str(files.events) if files and files.events else None,
-            runtime.host_dir(),
+            spec, runner_dir(), str(folders), self.limits, files, runtime.host_dir()
         )
         try:
             with step(kernel=spec.hostname):

@@ -7,6 +7,10 @@ inspection, a log read and a transaction of the manager, N of them on every tear
 the manager decides which of the others matter, by the session's state. A supervised kernel's
 failure also starts its container again, held (:mod:`troupe.agent.hold`), as soon as the
 engine's report of the death has been read: a held container's own death is no news.
+
+A supervised kernel whose command failed while its container runs on says so itself, on its
+report FIFO (:mod:`troupe.agent.reports`, opened here on the engine's ``start`` events): its
+exit is reported the same way, and the container held in place.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from aiodocker.exceptions import DockerError
 from troupe.agent.engine import summary
 from troupe.agent.hold import Holds
 from troupe.agent.logs import last_lines
+from troupe.agent.reports import Reports
 from troupe.api.agent import LABEL_KERNEL, LABEL_SESSION, ExitHandler, KernelExit
 
 log = logging.getLogger(__name__)
@@ -50,6 +55,7 @@ class ExitWatcher:
         self._on_exit = on_exit
         self._removing = removing
         self._holds = holds
+        self._reports = Reports(self._report)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -60,6 +66,7 @@ class ExitWatcher:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self._reports.close()
 
     async def _watch(self) -> None:
         """Reconnects whenever the stream breaks (the engine restarted, the socket closed)."""
@@ -82,23 +89,38 @@ class ExitWatcher:
         # to reconnect.
         params = {
             "filters": json.dumps(
-                {"type": ["container"], "event": ["die", "oom"], "label": [LABEL_SESSION]}
+                {
+                    "type": ["container"],
+                    "event": ["die", "oom", "start", "destroy"],
+                    "label": [LABEL_SESSION],
+                }
             )
         }
         async with self._docker._query("events", params=params, timeout=None) as resp:
+            # (connected: a start from now on comes as an event)
+            self._reports.sync(await self._names())
             while line := await resp.content.readline():
                 if line.strip():
                     yield json.loads(line)
 
+    async def _names(self) -> set[str]:
+        """The names of this engine's troupe containers (other agents' may share FILES_DIR:
+        the hosts of the multi-host test bed do)."""
+        params = {"all": "1", "filters": json.dumps({"label": [LABEL_SESSION]})}
+        listed = await self._docker._query_json("containers/json", params=params)
+        return {str(c["Names"][0]).lstrip("/") for c in listed if c.get("Names")}
+
     async def _handle(self, event: dict[str, Any]) -> None:
         actor = event.get("Actor") or {}
         cid = actor.get("ID") or event.get("id") or ""
+        action, name = event.get("Action"), (actor.get("Attributes") or {}).get("name", "")
+        if action in ("start", "destroy"):
+            (self._reports.watch if action == "start" else self._reports.unwatch)(name)
+            return
         if self._removing(cid):
             return
         holds = self._holds
-        if holds is not None and holds.is_held(
-            cid, (actor.get("Attributes") or {}).get("name", "")
-        ):
+        if holds is not None and holds.is_held(cid, name):
             return  # (stopped while it waited for its word: its kernel's exit was reported)
         generation = holds.generation(cid) if holds is not None else 0
         found = await kernel_exit(self._docker, event)
@@ -115,6 +137,39 @@ class ExitWatcher:
             and not self._removing(cid)
         ):
             holds.start(info)
+        await self._on_exit(exit_)
+
+    async def _report(self, name: str, status: int, attempt: int) -> None:
+        """A supervised kernel's report of its command's failure (:mod:`.reports`): its exit,
+        reported as a death's is, and its running container held in place. Not where the
+        report is old news: the container stopped or is being removed (a death, if any, is
+        the engine's to report), held already, or restarted since (a later attempt set up, or
+        a restart during the reads). A container the engine killed a process of for memory
+        goes instead: its death reports that, and its restart makes it anew."""
+        holds = self._holds
+        info = await _inspect(self._docker, name)
+        if holds is None or info is None:
+            return
+        cid, state = str(info["Id"]), info.get("State") or {}
+        labels = (info.get("Config") or {}).get("Labels") or {}
+        session_id, kernel_id = labels.get(LABEL_SESSION), labels.get(LABEL_KERNEL)
+        if not (session_id and kernel_id and state.get("Running")):
+            return
+        if self._removing(cid) or holds.is_held(cid, name) or attempt < holds.attempt(cid):
+            return
+        if state.get("OOMKilled"):
+            with contextlib.suppress(DockerError):
+                await self._docker.containers.container(cid).kill(signal="SIGKILL")
+            return
+        generation = holds.generation(cid)
+        lines = await last_lines(self._docker, cid, LAST_LINES)
+        # (no await from these checks to the hold: as for a death's)
+        if holds.generation(cid) != generation or self._removing(cid) or holds.is_held(cid, name):
+            return
+        holds.hold_in_place(info)
+        exit_ = KernelExit(
+            session_id=session_id, kernel_id=kernel_id, exit_code=status, last_logs=lines
+        )
         await self._on_exit(exit_)
 
 

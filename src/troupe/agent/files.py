@@ -1,7 +1,8 @@
 """Kernels' files archives on this host: written before a container starts, bind-mounted into
 it and unpacked by its entrypoint, removed with the container. With each archive, the kernel's
 readiness FIFO (``/run/troupe/events``, runner/ready.sh), bind-mounted too, so that the agent
-can tell the kernel when all its peers started (:func:`peers_started`)."""
+can tell the kernel when all its peers started (:func:`peers_started`); and, for a supervised
+kernel, its report FIFO (``/run/troupe/exits``: :mod:`troupe.agent.reports`)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import logging
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from troupe.agent.kernel import EVENTS_MOUNT, files_archive
+from troupe.agent.kernel import EVENTS_MOUNT, KernelFiles, files_archive
 from troupe.api.agent import FileSpec, KernelSpec
+from troupe.api.policies import SUPERVISED_VAR
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,12 @@ def events_path(container_name: str) -> Path:
     return FILES_DIR / f"{container_name}.events"
 
 
-@dataclass(frozen=True)
-class KernelFiles:
-    """Host paths of a kernel's files archive and of its readiness FIFO."""
+#: A supervised kernel's report FIFO here is its container's name and this.
+REPORTS_SUFFIX = ".exits"
 
-    tar: Path
-    events: Path | None
+
+def reports_path(container_name: str) -> Path:
+    return FILES_DIR / f"{container_name}{REPORTS_SUFFIX}"
 
 
 def kernel_files(spec: KernelSpec) -> KernelFiles | None:
@@ -61,9 +62,12 @@ def kernel_files(spec: KernelSpec) -> KernelFiles | None:
         log.warning("kernel files go through the engine: %s: %s", FILES_DIR, e.strerror or e)
         return None
     fifo = _make_fifo(events, spec.hostname)
+    reports = reports_path(spec.container_name)
+    supervised = spec.env.get(SUPERVISED_VAR) == "1"
     with os.fdopen(fd, "wb") as f:
         f.write(files_archive(_with_fifo(spec.files, fifo)))
-    return KernelFiles(path, events if fifo else None)
+    reporting = fifo and supervised and _make_fifo(reports, spec.hostname)
+    return KernelFiles(path, events if fifo else None, reports if reporting else None)
 
 
 def rewrite_files(spec: KernelSpec) -> KernelFiles | None:
@@ -130,6 +134,7 @@ def discard(container_name: str) -> None:
     """Removes one container's archive and FIFO (its creation failed)."""
     files_path(container_name).unlink(missing_ok=True)
     events_path(container_name).unlink(missing_ok=True)
+    reports_path(container_name).unlink(missing_ok=True)
 
 
 def remove_files(session_id: str) -> None:
@@ -137,6 +142,6 @@ def remove_files(session_id: str) -> None:
     created)."""
     with contextlib.suppress(OSError):
         for path in FILES_DIR.glob(f"troupe-{session_id[:12]}-*"):
-            if path.suffix in (".tar", ".events", ".held"):
+            if path.suffix in (".tar", ".events", REPORTS_SUFFIX, ".held"):
                 with contextlib.suppress(OSError):
                     path.unlink()

@@ -25,6 +25,10 @@ removed; the held start itself skips a container running again, or started since
 The agent's end of the FIFO is closed once the held kernel is ready (its supervisor read the
 word: :meth:`Holds.worded`), at its next hold or removal, or with the agent.
 
+A supervised kernel whose command failed while its container runs on is held the same way,
+in place (:meth:`Holds.hold_in_place`): its supervisor reported the failure
+(:mod:`troupe.agent.reports`) and waits for the same word; there is no start to make.
+
 The address it had on the session network is pinned before the start (the engine gives a
 started-again container any free one otherwise), as the restart does; a container whose
 address this agent does not know (it was restarted since the container last started, and the
@@ -96,16 +100,25 @@ class Holds:
         #: the containers held (from their death until their word: their deaths are no news)
         self._held: set[str] = set()
         #: container id -> its held start, under way or done, until its restart or removal
-        self._starts: dict[str, asyncio.Task[bool]] = {}
+        self._starts: dict[str, asyncio.Future[bool]] = {}
         #: container id -> the agent's end of its FIFO, open from before its held start until
         #: its next hold or removal (a line written to a FIFO lives while an end is open)
         self._fifos: dict[str, int] = {}
         #: container id -> how many times this agent started it again (:meth:`starting`)
         self._starts_made: dict[str, int] = {}
+        #: container id -> the attempt its last restart here set up (TROUPE_RESTART_COUNT)
+        self._attempts: dict[str, int] = {}
 
-    def starting(self, cid: str) -> None:
-        """The agent starts the container again (a restart): a death read before is old news."""
+    def starting(self, cid: str, attempt: int | None = None) -> None:
+        """The agent starts the container again (a restart, of ``attempt``): a death read
+        before, or a report of an earlier attempt, is old news."""
         self._starts_made[cid] = self._starts_made.get(cid, 0) + 1
+        if attempt is not None:
+            self._attempts[cid] = attempt
+
+    def attempt(self, cid: str) -> int:
+        """The attempt the container's last restart here set up (0: none known)."""
+        return self._attempts.get(cid, 0)
 
     def generation(self, cid: str) -> int:
         """How many times the agent started the container again (read before a death's reads,
@@ -136,6 +149,19 @@ class Holds:
 
     def start(self, info: dict[str, Any]) -> None:
         """Starts the container held, in the background (see the module's docstring)."""
+        self._hold(info)
+        name = name_of(info)
+        self._starts[str(info["Id"])] = asyncio.create_task(self._start(info), name=f"hold-{name}")
+
+    def hold_in_place(self, info: dict[str, Any]) -> None:
+        """Holds a running container whose supervisor reported its command's failure: it
+        waits for its word as a held start does, its start done."""
+        self._hold(info)
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(True)
+        self._starts[str(info["Id"])] = done
+
+    def _hold(self, info: dict[str, Any]) -> None:
         cid, name = str(info["Id"]), name_of(info)
         with contextlib.suppress(OSError):  # (no marker: an agent restarted forgets it)
             held_path(name).touch(mode=0o600)
@@ -143,7 +169,6 @@ class Holds:
         self._held.add(cid)
         with contextlib.suppress(OSError):  # (none: the word is restart.sh)
             self._fifos[cid] = os.open(events_path(name), os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW)
-        self._starts[cid] = asyncio.create_task(self._start(info), name=f"hold-{name}")
 
     async def _start(self, info: dict[str, Any]) -> bool:
         cid = str(info["Id"])
@@ -212,6 +237,7 @@ class Holds:
         self._held.discard(cid)
         self._starts.pop(cid, None)
         self.addresses.pop(cid, None)
+        self._attempts.pop(cid, None)
         self._close(cid)
 
     def close(self) -> None:

@@ -35,10 +35,23 @@ RUNNER_MOUNT = "/opt/troupe"
 #: the agent's host; the entrypoint unpacks it first thing (see :func:`container_config`).
 FILES_MOUNT = "/opt/troupe-files.tar"
 EVENTS_MOUNT = "/run/troupe/events"
+#: Where a supervised kernel's supervisor reports its command's failure to the agent, its
+#: container left running (:mod:`troupe.agent.reports`).
+REPORTS_MOUNT = "/run/troupe/exits"
 #: A data folder's id, as the manager makes them (``uuid4()``): nothing else is mounted.
 FOLDER_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 #: Where a folder may appear: an absolute, normalised path the bind syntax cannot misread.
 MOUNT_TARGET = re.compile(r"/[A-Za-z0-9._/@+-]*")
+
+
+@dataclass(frozen=True)
+class KernelFiles:
+    """Host paths of a kernel's files archive, its readiness FIFO and (a supervised kernel's)
+    its report FIFO (:mod:`troupe.agent.files`)."""
+
+    tar: Path
+    events: Path | None
+    reports: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -111,23 +124,25 @@ def container_config(
     runner_dir: str,
     folders_root: str,
     limits: KernelLimits | None = None,
-    files_tar: str | None = None,
-    events_fifo: str | None = None,
+    files: KernelFiles | None = None,
     runtime: str | None = None,
 ) -> dict[str, Any]:
-    """``files_tar``: the host path of the kernel's files archive, mounted at FILES_MOUNT. The
+    """``files.tar``: the host path of the kernel's files archive, mounted at FILES_MOUNT. The
     engine's own archive upload costs more (at 8 kernels on 2 cores, a third of a second of the
     start): it mounts the container's file system and runs a helper process to unpack.
-    ``events_fifo``: the host path of the kernel's readiness FIFO, mounted at EVENTS_MOUNT
-    (read-only: the mount; a FIFO's data is written all the same). ``runtime``: the host path
+    ``files.events``: the host path of the kernel's readiness FIFO, mounted at EVENTS_MOUNT
+    (read-only: the mount; a FIFO's data is written all the same); ``files.reports``: its
+    report FIFO, at REPORTS_MOUNT, the same way. ``runtime``: the host path
     of the kernel runtime (:mod:`troupe.agent.runtime`), mounted read-only; with it the
     entrypoint starts under the runtime's shell (any image, even one without ``/bin/sh``) and
     as root (an image's ``USER`` is not the kernel's user: the entrypoint drops to ``work``)."""
     binds = [f"{runner_dir}:{RUNNER_MOUNT}:ro", *kruntime.bind(runtime)]
-    if files_tar is not None:
-        binds.append(f"{files_tar}:{FILES_MOUNT}:ro")
-    if events_fifo is not None:
-        binds.append(f"{events_fifo}:{EVENTS_MOUNT}:ro")
+    if files is not None:
+        binds.append(f"{files.tar}:{FILES_MOUNT}:ro")
+        if files.events is not None:
+            binds.append(f"{files.events}:{EVENTS_MOUNT}:ro")
+        if files.reports is not None:
+            binds.append(f"{files.reports}:{REPORTS_MOUNT}:ro")
     binds += [
         f"{folders_root}/{m.folder_id}:{m.target}:{'ro' if m.readonly else 'rw'}"
         for m in spec.mounts

@@ -12,7 +12,9 @@ readiness, the command). No container dies: the engine reports no exit. The read
 and the manager's split of the log by attempt read the lines stamped after the word (the
 agent's clock: it runs on its engine's host); the failed attempt's log is the lines before.
 
-The failed kernel's container was started again on its death, held (:mod:`troupe.agent.hold`):
+The failed kernel's container was held: in place, where its command failed and the container
+runs on (its supervisor reported the failure: :mod:`troupe.agent.reports`), or started again on
+its death (:mod:`troupe.agent.hold`):
 its files archive is rewritten in place and its word given at once as a line on its FIFO, its
 start under way or done; then the start is waited for. Its new attempt begins at the later of
 the word and the start (the readiness wait and the log's split read from there).
@@ -54,6 +56,7 @@ from troupe.agent.hold import pin_address, supervised
 from troupe.agent.kernel import RUNNER_MOUNT, files_archive
 from troupe.api.agent import KernelRestarted, KernelSpec, KernelStarted
 from troupe.api.errors import AgentFailed
+from troupe.api.policies import RESTART_COUNT_VAR
 
 if TYPE_CHECKING:
     from troupe.agent.docker_backend import DockerAgent
@@ -80,8 +83,8 @@ def started_of(spec: KernelSpec, info: dict[str, Any]) -> KernelStarted:
 async def restart_kernel(agent: DockerAgent, spec: KernelSpec) -> KernelRestarted:
     """``spec``'s kernel started again (see the module's docstring)."""
     info = await _show(agent, spec)
-    if info is not None:
-        agent.holds.starting(info["Id"])  # (a death of it read meanwhile is not held)
+    if info is not None:  # (a death of it read meanwhile is not held; earlier reports old news)
+        agent.holds.starting(info["Id"], int(spec.env.get(RESTART_COUNT_VAR) or 0))
     if info is not None and agent.holds.word_ready(info["Id"]):
         again = await _held(agent, spec, info["Id"])
         if again is not None:

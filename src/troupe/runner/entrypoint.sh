@@ -43,7 +43,8 @@ done < /proc/self/status
 # this script's whole process group, the command included: `docker stop`'s SIGTERM reaches the
 # command, as it did when this script exec'd it). Then this script stays: it runs the command in
 # the foreground (a background job of a shell without job control, and this one has no
-# terminal, would have SIGINT and SIGQUIT ignored), exits with its status and, on the agent's
+# terminal, would have SIGINT and SIGQUIT ignored), exits with its status (a failure it reports
+# to the agent instead where it can, and waits, held: see below) and, on the agent's
 # word (runner/restart.sh, run as root by `docker exec`: it writes /run/troupe/restart and kills
 # every process but init, this script and itself), kills whatever is left and sets the kernel
 # up again from step 0 with the files the agent rewrote. Elsewhere it exec's the command.
@@ -86,10 +87,13 @@ _troupe_field20 ${_troupe_boot##*) }
 # writes it to its end, bind-mounted, even before this start: no `docker exec`; restart.sh
 # writes it too) or, where there is no FIFO, the file the word leaves (restart.sh). A stop
 # meanwhile ends the container at once.
-if [ "$_troupe_supervised" = 1 ] && [ -e "$_troupe_run/supervisor" ]; then
-  [ -e "$_troupe_run/restart" ] && rm -f "$_troupe_run/restart" # (of an earlier start)
-  echo "$$ $_troupe_boot" > "$_troupe_run/supervisor"
+# Held: waits for the word ($_troupe_word: restart.sh's mark, if any). $1, where given, is the
+# line that reports the command's failure to the agent on the kernel's report FIFO (written
+# once held: a word sent from then on is the FIFO's line), kept open until the word: its data
+# lives while an end is open, for an agent that opens its end later.
+_troupe_await_word() {
   : > "$_troupe_run/held"
+  if [ -n "${1:-}" ]; then exec 7<> "$_troupe_run/exits" && echo "$1" >&7; fi
   _troupe_fifo=0
   if [ -p "$_troupe_run/events" ] && [ -r "$_troupe_run/events" ] && [ -w "$_troupe_run/events" ]; then
     exec 8<> "$_troupe_run/events" && _troupe_fifo=1
@@ -105,8 +109,14 @@ if [ "$_troupe_supervised" = 1 ] && [ -e "$_troupe_run/supervisor" ]; then
     fi
   done
   [ "$_troupe_fifo" = 1 ] && exec 8<&-
+  [ -n "${1:-}" ] && exec 7>&-
   _troupe_word=""
   [ -e "$_troupe_run/restart" ] && { read -r _troupe_word < "$_troupe_run/restart" || :; }
+}
+if [ "$_troupe_supervised" = 1 ] && [ -e "$_troupe_run/supervisor" ]; then
+  [ -e "$_troupe_run/restart" ] && rm -f "$_troupe_run/restart" # (of an earlier start)
+  echo "$$ $_troupe_boot" > "$_troupe_run/supervisor"
+  _troupe_await_word
   _troupe_sweep "${_troupe_word%% *}" # (the marks go with the round's markers)
 fi
 
@@ -310,11 +320,22 @@ if [ ! -e "$_troupe_run/restart" ] && [ -z "$_troupe_sig" ]; then
   _troupe_status=$?
   exec 2>&9 9>&-
 fi
-if [ ! -e "$_troupe_run/restart" ]; then exit "$_troupe_status"; fi
+# A failure (non-zero, no stop asked for) where the agent takes reports: told to the agent on
+# the report FIFO ("exit STATUS ATTEMPT"), the container left running, held until the word
+# (the agent then reports it as the kernel's exit: a restart needs no new start of this
+# container). Elsewhere the status ends the container.
+if [ ! -e "$_troupe_run/restart" ]; then
+  if [ "$_troupe_status" = 0 ] || [ -n "$_troupe_sig" ] || ! [ -p "$_troupe_run/exits" ] \
+      || ! [ -w "$_troupe_run/exits" ]; then
+    exit "$_troupe_status"
+  fi
+  _troupe_await_word "exit $_troupe_status ${TROUPE_RESTART_COUNT:-0}"
+else
+  _troupe_word=""
+  read -r _troupe_word < "$_troupe_run/restart" || :
+fi
 # The agent's word: what is left goes, and the kernel is set up again (its files first).
-_troupe_word=""
-read -r _troupe_word < "$_troupe_run/restart" || :
-_troupe_sweep "$_troupe_word"
+_troupe_sweep "${_troupe_word%% *}"
 rm -f "$_troupe_run/restart"
 _troupe_sig=""
 done

@@ -7,7 +7,8 @@
 # sessions and sshd, ready.sh, other execs. The supervisor, its command gone, kills what is left
 # (sparing this one) and sets the kernel up again, with the files the agent rewrote before.
 # A container started again waits for this word, held (/run/troupe/held; nothing of the kernel
-# runs): it is woken by the line "restart" on the kernel's FIFO. It may not have written its
+# runs), and so does a supervisor whose command failed (it reported the failure and waits in its
+# running container): it is woken by the line "restart" on the kernel's FIFO. It may not have written its
 # supervisor's line yet: the line names the container's start (its init's start time, field 22
 # of /proc/1/stat), and one of an earlier start is waited out (a few seconds at most).
 # Exit 3: no supervisor here (the agent then starts the container again instead).
