@@ -1,7 +1,9 @@
 """The agents page's heartbeat age is live (static/agents.js) in a real browser against a real
 manager: an agent of another host that stops sending heartbeats shows an age that grows while
 the page stays open, drops again at its next heartbeat, and once the manager marks it LOST the
-page reloads with its LOST badge. The manager's own agent shows no heartbeat (it sends none).
+page reloads with its LOST badge, its CPU and memory bars then saying its use is unknown (not
+full: the API's free of a LOST agent is 0). The manager's own agent shows no heartbeat (it
+sends none).
 The agent here is only its HTTP calls (register, heartbeat): nothing is placed on it."""
 
 from __future__ import annotations
@@ -59,6 +61,13 @@ def test_the_heartbeat_age_is_live(web: Web, quick: Server) -> None:
     expect(age).to_have_text(re.compile(r"^heartbeat [0-5] s ago$"), timeout=8_000)
     # none again: LOST after the time-out, and the page reloads with the agent's new badge
     far = page.locator("section.agent", has=page.get_by_role("heading", name="far"))
+    expect(far.get_by_role("meter", name="CPU allocated")).to_have_attribute("aria-valuenow", "0.0")
     expect(far.locator(".badge")).to_have_text("LOST", timeout=(TIMEOUT + 12) * 1000)
+    expect(far.locator('[data-heartbeat="far"]')).to_have_text(re.compile(r"^heartbeat \d+ s ago$"))
+    cpu, mem = far.locator(".meter", has_text="CPU"), far.locator(".meter", has_text="Memory")
+    expect(cpu).to_contain_text("unknown while lost · 1 core")
+    expect(mem).to_contain_text("unknown while lost · 1 GiB")
+    expect(far.locator(".meter-unknown")).to_have_count(2)  # hatched, and no value to claim
+    expect(far.get_by_role("meter")).to_have_count(1)  # the GPU's: none offered, 0 / 0
     web.shot("agents-heartbeat-lost")
     web.audit("agents-live")

@@ -154,3 +154,24 @@ async def test_agents_page_counts_in_words(manager: Harness) -> None:
     c = await signed_in(manager)
     text = (await c.get("/agents")).text
     assert "0 / 1 core" in text and "1 cores" not in text, text
+
+
+async def test_a_lost_agents_bars_are_unknown_not_full(manager: Harness) -> None:
+    """A LOST agent's free is 0 in the API (nothing can be placed there, docs/webui.md): its
+    CPU and memory bars say its use is unknown (no meter value) instead of drawing it full."""
+    await manager.register("gone", cpu=2)  # and no heartbeats: LOST after agent_timeout
+    c = await signed_in(manager)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while True:
+        gone = next(a for a in (await c.get("/v1/agents")).json() if a["name"] == "gone")
+        if gone["status"] == "LOST":
+            break
+        assert loop.time() < deadline, gone
+        await asyncio.sleep(0.05)
+    assert (gone["cpu_free"], gone["mem_free"], gone["gpu_free"]) == (0, 0, 0)
+    text = (await c.get("/agents")).text
+    card = text[text.index(">gone</h2>") :].split("</section>")[0]
+    assert "unknown while lost · 2 cores" in card and "unknown while lost · 8 GiB" in card, card
+    assert 'aria-valuenow="100.0"' not in card and "2 / 2 cores" not in card, card
+    assert 'aria-label="GPU allocated"' in card and "0 / 0 GPUs" in card  # none offered: known

@@ -110,3 +110,23 @@ def test_startup_bars_name_the_slowest_kernel() -> None:
     assert [b.hostname for b in bars] == ["main1", "sub1"] and slowest == "sub1"
     assert bars[1].left == 25.0 and bars[1].width == 75.0
     assert views.startup_bars([kernel("main1")]) == ([views.Bar("main1", {}, 0.0, 0.0)], None)
+
+
+def test_agent_meters_say_allocated_of_total() -> None:
+    g = 1024**3
+    cpu, mem, gpu = views.agent_meters(agent("a", 6, 12 * g, gpu_free=2))
+    assert (cpu.label, cpu.percent, cpu.text) == ("CPU", 25.0, "2 / 8 cores")
+    assert (mem.label, mem.percent, mem.text) == ("Memory", 25.0, "4 GiB / 16 GiB")
+    assert (gpu.label, gpu.percent, gpu.text) == ("GPU", 0.0, "0 / 2 GPUs")
+
+
+def test_a_lost_agents_meters_are_unknown_not_full() -> None:
+    # the API reports 0 free for a LOST agent (nothing can be placed there): not its use
+    cpu, mem, gpu = views.agent_meters(agent("a", 0, 0, status="LOST"))
+    assert [m.percent for m in (cpu, mem, gpu)] == [None, None, None]
+    assert cpu.text == "unknown while lost · 8 cores"
+    assert mem.text == "unknown while lost · 16 GiB"
+    assert gpu.text == "unknown while lost · 2 GPUs"
+    # with nothing offered there is nothing to be unknown
+    none = views.agent_meters(agent("a", 0, 0, status="LOST", gpu=0))[2]
+    assert (none.percent, none.text) == (0.0, "0 / 0 GPUs")

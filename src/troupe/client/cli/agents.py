@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from troupe.api.lifecycle import AgentStatus
 from troupe.client.cli import top
 from troupe.client.cli.output import App, JsonOpt, client, console, print_json
 from troupe.client.cli.table import human_size, print_table
@@ -35,8 +36,8 @@ def list_(
                 a.name,
                 a.group,
                 a.status,
-                f"{a.cpu_free:g}/{a.cpu:g}",
-                f"{human_size(a.mem_free)}/{human_size(a.mem)}",
+                free_of(a, f"{a.cpu_free:g}", f"{a.cpu:g}"),
+                free_of(a, human_size(a.mem_free), human_size(a.mem)),
                 gpu_cell(a),
                 a.kernels,
                 "manager" if a.swarm_manager else "-",
@@ -52,13 +53,19 @@ def list_(
             console.print(Text(f"{a.name}: no GPUs: {a.gpu_reason}", style="dim"))
 
 
+def free_of(a: AgentInfo, free: str, total: str) -> str:
+    """``free/total``; ``?/total`` for a LOST agent, whose use is unknown (the API's free
+    is 0 for it, as nothing can be placed there, which would read as full)."""
+    return f"{'?' if a.status == AgentStatus.LOST else free}/{total}"
+
+
 def gpu_cell(a: AgentInfo) -> str:
     """``free/total`` and the models, e.g. ``1/2 2x NVIDIA H100 80GB HBM3``."""
     if not a.gpu:
         return "0"
     models = Counter(g.model or "GPU" for g in a.gpus)
     kinds = ", ".join(f"{n}x {m}" if n > 1 else m for m, n in models.items())
-    return f"{a.gpu_free}/{a.gpu} {kinds}"
+    return f"{free_of(a, str(a.gpu_free), str(a.gpu))} {kinds}"
 
 
 @app.command()

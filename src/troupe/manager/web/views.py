@@ -281,6 +281,39 @@ def percent(used: float, total: float) -> float:
     return 0.0 if total <= 0 else round(min(max(100 * used / total, 0.0), 100.0), 1)
 
 
+#: What a LOST agent's bars say instead of a share: the manager no longer hears from it.
+UNKNOWN_WHILE_LOST = "unknown while lost"
+
+
+@dataclass(frozen=True)
+class Meter:
+    """One allocation bar of the agents page; ``percent`` None: unknown (drawn hatched,
+    without a value, its ``text`` saying why)."""
+
+    label: str
+    percent: float | None
+    text: str
+
+
+def agent_meters(a: AgentInfo) -> list[Meter]:
+    """The agent's CPU, memory and GPU bars: allocated (total less free) of total. A LOST
+    agent's free is 0 in the API (nothing can be placed on it), which says nothing of its
+    use: each of its bars with a capacity reads "unknown while lost" instead of full."""
+    lost = a.status == AgentStatus.LOST
+
+    def meter(label: str, total: float, used: float, used_text: str, total_text: str) -> Meter:
+        if lost and total > 0:
+            return Meter(label, None, f"{UNKNOWN_WHILE_LOST} · {total_text}")
+        return Meter(label, percent(used, total), f"{used_text} / {total_text}")
+
+    cpu, mem, gpu = a.cpu - a.cpu_free, a.mem - a.mem_free, a.gpu - a.gpu_free
+    return [
+        meter("CPU", a.cpu, cpu, number(cpu), counted(a.cpu, "core")),
+        meter("Memory", a.mem, mem, size_text(mem), size_text(a.mem)),
+        meter("GPU", a.gpu, gpu, str(gpu), counted(a.gpu, "GPU")),
+    ]
+
+
 def clock_lines(s: SessionInfo) -> list[tuple[str, str]]:
     """The session's time limit and idle reclaim, as the facts show them (UTC)."""
     from troupe.api.session_times import describe
