@@ -231,3 +231,21 @@ def test_a_failed_command_keeps_its_container_running(c: Client) -> None:
     assert (end.status, end.exit_code, end.restarts) == ("ERROR", 5, 1), end
     assert end.status_info["kernel"] == "sub1", end.status_info
     assert not containers(info.id)
+
+
+def test_a_command_killed_for_memory_is_made_anew_not_held(c: Client) -> None:
+    """sub1's command is killed for memory on attempt 0 (128 MiB, 300 MiB asked for): not held
+    in place (its kernel's memory count says so): its container dies, the restart record says
+    it was the memory, and the restart makes the kernel anew (a new container)."""
+    name = unique("oom")
+    command = (
+        'if [ "$BACKENDAI_CLUSTER_HOST$TROUPE_RESTART_COUNT" = sub10 ]; then '
+        "exec python3 -c 'b = bytearray(300 << 20)'; fi; exec sleep 600"
+    )
+    c.create_session(batch(name, command, size=2, max_restarts=1, success_policy="all"))
+    after = running_again(c, name, 1)
+    failure = after.restart_history[0]
+    assert (failure.kernel, failure.exit_code, failure.oom_killed) == ("sub1", 137, True), failure
+    assert failure.reason == "kernel ran out of memory", failure
+    first = docker("ps", "-aq", "--filter", f"label=troupe.session={after.id}").stdout.split()
+    assert len(first) == 2 and kernel(after, "sub1")[:12] in first

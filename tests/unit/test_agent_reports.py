@@ -235,3 +235,106 @@ def test_a_kernel_killed_for_memory_goes_instead(
     kernel anew (a kept container would report every later death as for memory)."""
     reported, holds, engine = _report(tmp_path, monkeypatch, running(oom=True))
     assert reported == [] and engine.killed and not holds.is_held(CID, NAME)
+
+
+def test_one_report_at_a_time_per_kernel(tmp_path: Path) -> None:
+    """The supervisor writes its report again every few seconds while it waits: copies that
+    come while one is handled go."""
+    _fifo(tmp_path)
+    got: list[int] = []
+    gate = asyncio.Event()
+
+    async def on_report(name: str, status: int, attempt: int) -> None:
+        got.append(status)
+        await gate.wait()
+
+    async def go() -> None:
+        r = reports.Reports(on_report, tmp_path)
+        r.watch(NAME)
+        fd = os.open(tmp_path / f"{NAME}{files.REPORTS_SUFFIX}", os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            os.write(fd, b"exit 3 0\n" * 500)
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert got == [3] and len(r._pending) == 1
+            gate.set()
+            for _ in range(5):
+                await asyncio.sleep(0)
+            assert not r._pending
+            os.write(fd, b"exit 4 0\n")
+            for _ in range(20):
+                await asyncio.sleep(0)
+        finally:
+            os.close(fd)
+            r.close()
+
+    asyncio.run(go())
+    assert got == [3, 4]
+
+
+def test_a_fifo_made_anew_under_the_same_name_is_opened_again(tmp_path: Path) -> None:
+    """A kernel made anew (its container removed and created under its name) has a new FIFO:
+    the old one's end would never hear from it."""
+
+    async def on_report(name: str, status: int, attempt: int) -> None:
+        pass
+
+    async def go() -> None:
+        r = reports.Reports(on_report, tmp_path)
+        path = _fifo(tmp_path)
+        r.watch(NAME)
+        old = os.fstat(r._fds[NAME]).st_ino
+        r.watch(NAME)
+        assert os.fstat(r._fds[NAME]).st_ino == old
+        path.unlink()
+        _fifo(tmp_path)
+        r.sync({NAME})
+        assert os.fstat(r._fds[NAME]).st_ino == path.stat().st_ino != old
+        r.close()
+
+    asyncio.run(go())
+
+
+def test_a_copy_of_a_report_held_already_asks_nothing_of_the_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hold, "FILES_DIR", tmp_path)
+    hold.held_path(NAME).touch()
+
+    def no_engine() -> Any:
+        raise AssertionError("no engine call for a copy")
+
+    holds = hold.Holds(no_engine)
+
+    async def on_exit(e: KernelExit) -> None:
+        raise AssertionError("no exit for a copy")
+
+    watcher = events.ExitWatcher(None, on_exit, lambda _: False, holds)  # type: ignore[arg-type]
+    asyncio.run(watcher._report(NAME, 5, 0))
+
+
+def test_a_kernel_held_in_place_that_stopped_is_started_again_not_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its container died while held (before its word): the restart starts it again as any
+    stopped kernel's (restart.py's ``_held`` gives up), and the word left in its FIFO goes
+    with the agent's end (it would wake the next start's supervisor early)."""
+    from troupe.agent import restart
+
+    monkeypatch.setattr(hold, "FILES_DIR", tmp_path)
+    monkeypatch.setattr(files, "FILES_DIR", tmp_path)
+    os.mkfifo(files.events_path(NAME), 0o600)
+    engine = _Engine({**running(), "State": {"Running": False, "StartedAt": ""}})
+    holds = hold.Holds(lambda: engine)  # type: ignore[arg-type,return-value]
+    agent = types.SimpleNamespace(docker=engine, holds=holds)
+    update = {"hostname": "sub1", "session_id": "0123456789abcdef", "files": []}
+    spec = specs()[1].model_copy(update=update)
+    assert spec.container_name == NAME
+
+    async def go() -> object:
+        holds.hold_in_place(running())
+        assert holds.word_ready(CID)
+        return await restart._held(agent, spec, CID)  # type: ignore[arg-type]
+
+    assert asyncio.run(go()) is None
+    assert CID not in holds._fifos and not holds.is_held(CID, NAME)

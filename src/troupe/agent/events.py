@@ -147,9 +147,11 @@ class ExitWatcher:
         a restart during the reads). A container the engine killed a process of for memory
         goes instead: its death reports that, and its restart makes it anew."""
         holds = self._holds
-        info = await _inspect(self._docker, name)
-        if holds is None or info is None:
+        if holds is None or holds.is_held("", name):  # (a copy of a report handled: no reads)
             return
+        info = await _inspect(self._docker, name)
+        if info is None:
+            return  # (gone; or the engine did not answer: the report's next copy is read)
         cid, state = str(info["Id"]), info.get("State") or {}
         labels = (info.get("Config") or {}).get("Labels") or {}
         session_id, kernel_id = labels.get(LABEL_SESSION), labels.get(LABEL_KERNEL)

@@ -66,7 +66,7 @@ def kernel_files(spec: KernelSpec) -> KernelFiles | None:
     supervised = spec.env.get(SUPERVISED_VAR) == "1"
     with os.fdopen(fd, "wb") as f:
         f.write(files_archive(_with_fifo(spec.files, fifo)))
-    reporting = fifo and supervised and _make_fifo(reports, spec.hostname)
+    reporting = fifo and supervised and _make_fifo(reports, spec.hostname, "stops on a failure")
     return KernelFiles(path, events if fifo else None, reports if reporting else None)
 
 
@@ -97,12 +97,13 @@ def _with_fifo(files: list[FileSpec], fifo: bool) -> list[FileSpec]:
     return [f for f in files if f.path != EVENTS_MOUNT] + [FileSpec(path=SIGNALS, content="")]
 
 
-def _make_fifo(path: Path, hostname: str) -> bool:
+def _make_fifo(path: Path, hostname: str, without: str = "probes its peers") -> bool:
+    """``without``: what the kernel does without this FIFO (for the warning)."""
     try:
         path.unlink(missing_ok=True)
         os.mkfifo(path, 0o600)
     except OSError as e:
-        log.warning("kernel %s probes its peers: no FIFO: %s", hostname, e.strerror or e)
+        log.warning("kernel %s %s: no FIFO: %s", hostname, without, e.strerror or e)
         return False
     return True
 

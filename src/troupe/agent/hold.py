@@ -205,6 +205,10 @@ class Holds:
             log.warning("could not give %s its word on its FIFO: %s", name, e)
             return False
 
+    def unword(self, cid: str) -> None:
+        """A word given and not taken (the container stopped) goes with the agent's end."""
+        self._close(cid)
+
     @contextlib.contextmanager
     def worded(self, cids: Iterable[str]) -> Iterator[None]:
         """Around a readiness wait: the agent's ends of these containers' FIFOs closed after it

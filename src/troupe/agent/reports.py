@@ -15,7 +15,9 @@ supervisor keeps its end open until its word); closed when the engine says the c
 destroyed, or is gone at a reconnection. Only the agent's own engine's containers: agents
 sharing FILES_DIR (the multi-host test bed's) never read each other's. Reads are bounded
 whatever a kernel writes: a line longer than :data:`LINE_MAX` is cut to its end, anything but a
-well-formed report is ignored.
+well-formed report is ignored, and a container has one report handled at a time (the
+supervisor writes its report again every few seconds while it waits: copies of one handled are
+dropped as held).
 """
 
 from __future__ import annotations
@@ -60,14 +62,20 @@ class Reports:
         self._fds: dict[str, int] = {}
         #: container name -> the bytes after its last newline (at most LINE_MAX)
         self._rest: dict[str, bytes] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        #: container name -> its report being handled (one at a time: copies wait or go)
+        self._pending: dict[str, asyncio.Task[None]] = {}
 
     def watch(self, name: str) -> None:
-        """Reads the container's report FIFO from now on, where it has one."""
-        if name in self._fds or "/" in name:
+        """Reads the container's report FIFO from now on, where it has one (again where the
+        FIFO of that name is a new one: a container made anew under its name)."""
+        if "/" in name:
             return
+        path = self._dir / f"{name}{REPORTS_SUFFIX}"
+        if name in self._fds:
+            if _same(self._fds[name], path):
+                return
+            self.unwatch(name)
         try:
-            path = self._dir / f"{name}{REPORTS_SUFFIX}"
             fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW)
         except OSError:
             return  # (none: not supervised, or made before reports)
@@ -95,7 +103,7 @@ class Reports:
     def close(self) -> None:
         for name in list(self._fds):
             self.unwatch(name)
-        for task in self._tasks:
+        for task in self._pending.values():
             task.cancel()
 
     def _readable(self, name: str) -> None:
@@ -114,12 +122,22 @@ class Reports:
         self._rest[name] = rest[-LINE_MAX:]
         for line in lines:
             report = parse(line[-LINE_MAX:])
-            if report is not None:
+            if report is not None and name not in self._pending:  # (a copy meanwhile: goes)
                 task = asyncio.create_task(self._on_report(name, *report), name=f"report-{name}")
-                self._tasks.add(task)
-                task.add_done_callback(self._done)
+                self._pending[name] = task
+                task.add_done_callback(lambda t, name=name: self._done(name, t))  # type: ignore[misc]
 
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+    def _done(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._pending.get(name) is task:
+            del self._pending[name]
         if not task.cancelled() and (e := task.exception()) is not None:
-            log.warning("a kernel's report was not handled: %s", e)
+            log.warning("a report of %s was not handled (its next copy may be): %s", name, e)
+
+
+def _same(fd: int, path: Path) -> bool:
+    """Whether an open FIFO is still the one at ``path``."""
+    try:
+        now, held = path.stat(), os.fstat(fd)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)

@@ -85,10 +85,12 @@ async def restart_kernel(agent: DockerAgent, spec: KernelSpec) -> KernelRestarte
     info = await _show(agent, spec)
     if info is not None:  # (a death of it read meanwhile is not held; earlier reports old news)
         agent.holds.starting(info["Id"], int(spec.env.get(RESTART_COUNT_VAR) or 0))
-    if info is not None and agent.holds.word_ready(info["Id"]):
+    oom = bool(((info or {}).get("State") or {}).get("OOMKilled"))  # (made anew: below)
+    if info is not None and not oom and agent.holds.word_ready(info["Id"]):
         again = await _held(agent, spec, info["Id"])
         if again is not None:
             return again
+        info = await _show(agent, spec)  # (it stopped while held: started below)
     if info is not None and await agent.holds.settle(info["Id"]):
         info = await _show(agent, spec)  # (after its held start)
     state = (info or {}).get("State") or {}
@@ -122,8 +124,9 @@ async def _held(agent: DockerAgent, spec: KernelSpec, cid: str) -> KernelRestart
     """A container held with its FIFO here (:mod:`troupe.agent.hold`): its files rewritten,
     then its word on the FIFO, at once, its start under way or not; then that start waited
     for. None where the word could not be given so (no files archive here; the FIFO could not
-    be written; the start failed: the word went with the FIFO's end): the container goes the
-    way of the others (its word ``restart.sh``)."""
+    be written; the start failed: the word went with the FIFO's end; the container stopped
+    while held: the word goes with the agent's end): the container goes the way of the others
+    (its word ``restart.sh``)."""
     files = rewrite_files(spec) if spec.files else None
     if spec.files and files is None:
         return None
@@ -132,7 +135,8 @@ async def _held(agent: DockerAgent, spec: KernelSpec, cid: str) -> KernelRestart
         return None
     info = await _show(agent, spec)
     if info is None or not info["State"].get("Running"):
-        raise AgentFailed("its container stopped as it was started again", kernel=spec.hostname)
+        agent.holds.unword(cid)  # (a word left in its FIFO would wake its next start early)
+        return None  # (stopped while held, or as it was started: started again as the others)
     since = max(word_at, ready.engine_nanos(info["State"]["StartedAt"]))
     text = await klogs.last_bytes(agent.docker, cid, agent.saved_log_bytes, tty=False)
     agent.restarted(cid, files.events if files else None, since)

@@ -89,11 +89,18 @@ _troupe_field20 ${_troupe_boot##*) }
 # meanwhile ends the container at once.
 # Held: waits for the word ($_troupe_word: restart.sh's mark, if any). $1, where given, is the
 # line that reports the command's failure to the agent on the kernel's report FIFO (written
-# once held: a word sent from then on is the FIFO's line), kept open until the word: its data
-# lives while an end is open, for an agent that opens its end later.
+# once held: a word sent from then on is the FIFO's line), kept open until the word (its data
+# lives while an end is open, for an agent that opens its end later) and written again every
+# 5 s by a helper until then (a report the agent lost, say to its own restart, is not the
+# kernel's end: the agent drops the copies of one it has).
 _troupe_await_word() {
   : > "$_troupe_run/held"
-  if [ -n "${1:-}" ]; then exec 7<> "$_troupe_run/exits" && echo "$1" >&7; fi
+  _troupe_again=""
+  if [ -n "${1:-}" ]; then
+    exec 7<> "$_troupe_run/exits" && echo "$1" >&7
+    (while sleep 5; do echo "$1" >&7 || exit 0; done) &
+    _troupe_again=$!
+  fi
   _troupe_fifo=0
   if [ -p "$_troupe_run/events" ] && [ -r "$_troupe_run/events" ] && [ -w "$_troupe_run/events" ]; then
     exec 8<> "$_troupe_run/events" && _troupe_fifo=1
@@ -109,7 +116,7 @@ _troupe_await_word() {
     fi
   done
   [ "$_troupe_fifo" = 1 ] && exec 8<&-
-  [ -n "${1:-}" ] && exec 7>&-
+  [ -z "$_troupe_again" ] || { kill "$_troupe_again" 2>/dev/null; exec 7>&-; }
   _troupe_word=""
   [ -e "$_troupe_run/restart" ] && { read -r _troupe_word < "$_troupe_run/restart" || :; }
 }
@@ -320,15 +327,26 @@ if [ ! -e "$_troupe_run/restart" ] && [ -z "$_troupe_sig" ]; then
   _troupe_status=$?
   exec 2>&9 9>&-
 fi
-# A failure (non-zero, no stop asked for) where the agent takes reports: told to the agent on
-# the report FIFO ("exit STATUS ATTEMPT"), the container left running, held until the word
-# (the agent then reports it as the kernel's exit: a restart needs no new start of this
-# container). Elsewhere the status ends the container.
+# A failure (non-zero, no stop asked for, no process of the kernel killed for memory: the
+# engine then makes the kernel anew) where the agent takes reports: what is left of the attempt
+# goes (as with a container that died: sshd, ready.sh, strays holding memory or GPUs), the
+# failure is told to the agent on the report FIFO ("exit STATUS ATTEMPT"), and the container
+# is left running, held until the word (the agent reports it as the kernel's exit: a restart
+# needs no new start of this container). Elsewhere the status ends the container.
 if [ ! -e "$_troupe_run/restart" ]; then
-  if [ "$_troupe_status" = 0 ] || [ -n "$_troupe_sig" ] || ! [ -p "$_troupe_run/exits" ] \
-      || ! [ -w "$_troupe_run/exits" ]; then
+  _troupe_oom=0
+  for _troupe_f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
+    [ -r "$_troupe_f" ] || continue # (cgroup v2's count, else v1's)
+    while read -r _troupe_k _troupe_v; do
+      [ "$_troupe_k" = oom_kill ] && _troupe_oom=$_troupe_v
+    done < "$_troupe_f"
+    break
+  done
+  if [ "$_troupe_status" = 0 ] || [ -n "$_troupe_sig" ] || [ "$_troupe_oom" != 0 ] \
+      || ! [ -p "$_troupe_run/exits" ] || ! [ -w "$_troupe_run/exits" ]; then
     exit "$_troupe_status"
   fi
+  _troupe_sweep ""
   _troupe_await_word "exit $_troupe_status ${TROUPE_RESTART_COUNT:-0}"
 else
   _troupe_word=""
