@@ -126,16 +126,22 @@ def test_the_failed_kernel_held_then_restarted_keeps_its_attempt(c: Client) -> N
     failure = after.restart_history[0]
     assert (failure.kernel, failure.exit_code, failure.attempt) == ("sub1", 137, 0), failure
     assert "attempt 0 on sub1" in failure.last_logs
+    assert_both_attempts_logged(c, name)
+    code, out = c.exec(name, ["printenv", "TROUPE_RESTART_COUNT"], kernel="sub1")
+    assert (code, out.strip()) == (0, "1"), out
+
+
+def assert_both_attempts_logged(c: Client, name: str) -> None:
+    """sub1's log has attempt 0's line and attempt 1's, each under its attempt (attempt 1's
+    command starts once the session is RUNNING again)."""
     want = ["[sub1#0] attempt 0 on sub1", "[sub1#1] attempt 1 on sub1"]
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # (the command starts once RUNNING again)
+    while time.monotonic() < deadline:
         lines = [x for x in c.logs(name, container="sub1") if "attempt" in x]
         if lines == want:
             break
         time.sleep(0.3)
     assert lines == want
-    code, out = c.exec(name, ["printenv", "TROUPE_RESTART_COUNT"], kernel="sub1")
-    assert (code, out.strip()) == (0, "1"), out
 
 
 def test_a_failure_not_restarted_leaves_no_held_container(c: Client) -> None:
@@ -209,23 +215,15 @@ def test_a_failed_command_keeps_its_container_running(c: Client) -> None:
     assert before.status == "RUNNING", before.status_info
     sub1 = kernel(before, "sub1")
     first = started_at(sub1)
-    since = docker("inspect", "-f", "{{.State.StartedAt}}", sub1).stdout.strip()
     c.exec(name, ["touch", "/tmp/fail"], kernel="sub1")
     after = running_again(c, name, 1)
     assert kernel(after, "sub1") == sub1 and started_at(sub1) == first
-    died = docker("events", "--since", since, "--until", "0s", "--filter", f"container={sub1}")
+    died = docker("events", "--since", first, "--until", "0s", "--filter", f"container={sub1}")
     assert " die " not in died.stdout, died.stdout
     failure = after.restart_history[0]
     assert (failure.kernel, failure.exit_code, failure.attempt) == ("sub1", 5, 0), failure
     assert "attempt 0 on sub1" in failure.last_logs
-    want = ["[sub1#0] attempt 0 on sub1", "[sub1#1] attempt 1 on sub1"]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # (the command starts once RUNNING again)
-        lines = [x for x in c.logs(name, container="sub1") if "attempt" in x]
-        if lines == want:
-            break
-        time.sleep(0.3)
-    assert lines == want
+    assert_both_attempts_logged(c, name)
     c.exec(name, ["touch", "/tmp/fail"], kernel="sub1")
     end = final(c, name)
     assert (end.status, end.exit_code, end.restarts) == ("ERROR", 5, 1), end
