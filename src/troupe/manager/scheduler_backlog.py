@@ -246,13 +246,14 @@ class Backlog:
         """``req`` (the next session of ``q`` in rank order) placed and held, or None (and
         ``q`` dead when only more room can cure it)."""
         group = self.pools.get(q.group)
-        if group is None or not len(group):
+        if group is None or not group.base:
             q.total, q.why = None, ""
             self._kill(q)
             return None
-        placed = group.place(req, q.shape)
+        placed = group.place(req, q)
         if placed is not None:
-            q.why = ""
+            if q.why:
+                q.why = ""
         elif not group.monotone:
             q.why, q.touched = group.reason, group.last_touched
         else:

@@ -15,6 +15,8 @@ from troupe.cluster.contract import ClusterMode
 from troupe.manager.scheduler import EPS, Part, Request, kernels_fitting
 from troupe.manager.scheduler import QueueKey as QueueKey
 from troupe.manager.scheduler_pool import Pool, Shape
+from troupe.manager.scheduler_spread import count
+from troupe.manager.scheduler_take import Plan, plan_of
 
 Rank = tuple[int, float, str]
 Need = tuple[float, float, float]
@@ -31,6 +33,8 @@ class Queue:
         "items",
         "need",
         "part",
+        "plan",
+        "seen",
         "shape",
         "total",
         "touched",
@@ -52,6 +56,10 @@ class Queue:
             if parts
             else (cpu * size, mem * size, gpu * size)
         )
+        #: one agent for a whole session: the search and the hold (:func:`take_whole`)
+        self.plan: Plan = plan_of(self.whole, _one_by_one(parts) if parts else None)
+        #: the :attr:`Pool.failed_at` at which the pass's failed shapes did not cover it
+        self.seen = 0
         self.items: list[Request] = []
         self.dead = False
         #: how it last failed, the pool's :attr:`Pool.reason`: ``count`` (with roles: the role
@@ -119,7 +127,7 @@ def _roles_may_fit(q: Queue, grown: dict[str, list[float]], pool: Pool) -> bool:
     if q.total < parts[q.part].kernels:
         return False
     for i, p in enumerate(parts):
-        n = pool.count(p)
+        n = count(pool, p, p.kernels)
         if n < p.kernels:
             q.part, q.total = i, n
             q.set_need()
@@ -141,3 +149,13 @@ def _gain(grown: dict[str, list[float]], free: dict[str, list[float]], kernel: P
 def _kernel_need(cpu: float, mem: float, gpu: float) -> Need:
     """What an agent must have free to hold one kernel (a resource not asked: anything)."""
     return (cpu if cpu > 0 else ANY[0], mem if mem > 0 else ANY[1], gpu if gpu > 0 else ANY[2])
+
+
+def _one_by_one(parts: tuple[Part, ...]) -> tuple[float, float, float]:
+    """What a session with roles holds on one agent: its kernels added one by one, in rank
+    order (the sum as :func:`~troupe.manager.scheduler_take.hold_placed` makes it)."""
+    cpu, mem, gpu = 0.0, 0, 0
+    for p in parts:
+        for _ in range(p.kernels):
+            cpu, mem, gpu = cpu + p.cpu, mem + p.mem, gpu + p.gpu
+    return cpu, mem, gpu
