@@ -86,6 +86,7 @@ def old_scheduler(rev: str) -> types.ModuleType:
         "scheduler",
         "scheduler_keys",
         "scheduler_take",
+        "scheduler_spread",
         "scheduler_pool",
         "scheduler_queues",
         "scheduler_backlog",
@@ -99,8 +100,9 @@ def old_scheduler(rev: str) -> types.ModuleType:
                 check=True,
             ).stdout
         except subprocess.CalledProcessError:
-            if name in ("scheduler_keys", "scheduler_take", "scheduler_queues"):
-                continue  # before the int keys, the one-step take, the dead queues' index
+            if name in ("scheduler_keys", "scheduler_take", "scheduler_spread", "scheduler_queues"):
+                continue  # before the int keys, the one-step take, the gangs' own module, or
+                # the dead queues' index
             break  # before the backlog: one module
         for sibling in reversed(names):  # the longer names first: "scheduler" prefixes all
             src = src.replace(f"troupe.manager.{sibling}", f"old_{sibling}")

@@ -156,14 +156,19 @@ def _shortage(agent: AgentState, req: Request | Part, kernels: int) -> str:
 def _kernel_at_fault(agent: AgentState, req: Request) -> tuple[Part, AgentState]:
     """The first kernel (by rank) of ``req`` that no longer fits on ``agent`` once the ones
     before it are on it, and the agent as they leave it."""
-    shapes = req.kernel_shapes()
     cpu, mem, gpu = agent.cpu_used, agent.mem_used, agent.gpu_used
-    for kernel in shapes:  # AgentState.take, kernel by kernel, one copy at the end
-        if kernels_fitting(agent.cpu - cpu, agent.mem - mem, agent.gpu - gpu, kernel) < 1:
+    parts = req.parts or (Part("", req.size, req.cpu, req.mem, req.gpu),)
+    at: tuple[Part, int] | None = None
+    for p in parts:  # AgentState.take, kernel by kernel, one copy at the end
+        for idx in range(1, p.kernels + 1):
+            if kernels_fitting(agent.cpu - cpu, agent.mem - mem, agent.gpu - gpu, p) < 1:
+                at = p, idx
+                break
+            cpu, mem, gpu = cpu + p.cpu, mem + p.mem, gpu + p.gpu
+        if at is not None:
             break
-        cpu, mem, gpu = cpu + kernel.cpu, mem + kernel.mem, gpu + kernel.gpu
-    else:
-        kernel = shapes[-1]
+    p, idx = at or (parts[-1], parts[-1].kernels)
+    kernel = Part(f"{p.role}{idx}" if req.parts else "", 1, p.cpu, p.mem, p.gpu)  # as named
     a = agent  # built directly: dataclasses.replace costs more than the walk (reports)
     return kernel, AgentState(a.id, a.group, a.cpu, a.mem, a.gpu, cpu, mem, gpu, a.gpu_free_ids)
 

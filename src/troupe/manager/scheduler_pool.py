@@ -105,6 +105,8 @@ class Pool:
         #: this pass: exact then, at most that many since
         self.counts: dict[tuple[float, float, float], int] = {}
         self._roomiest: tuple[tuple[int, int], list[AgentState]] = ((-1, 0), [])
+        #: a report's lines by what the request is short of, on :attr:`_roomiest`
+        self._lines: dict[tuple[object, ...], list[str]] = {}
         base, used, free = self.base, self.used, self.free
         for a in agents:
             agent_id = a.id
@@ -343,17 +345,25 @@ class Pool:
         top = self.by_cpu[-limit:]
         if self._roomiest[0] != (self.version, limit):  # the same for every report of a pass
             agents = [self.agent(self.id_of[e & RANK_MASK]) for e in reversed(top)]
-            self._roomiest = ((self.version, limit), agents)
+            self._roomiest, self._lines = ((self.version, limit), agents), {}
         roomiest = self._roomiest[1]
         if req.parts and req.mode == ClusterMode.SINGLE_NODE:
             lines = [_role_line(*_kernel_at_fault(a, req)) for a in roomiest]
-        elif req.parts:
-            kernel = self._kernel_short(req)
-            lines = [_role_line(kernel, a) for a in roomiest]
-        else:
-            lines = [_shortage(a, req, n) for a in roomiest]
+        else:  # the same lines for every request that is short of the same (on these agents)
+            kernel = self._kernel_short(req) if req.parts else None
+            key = kernel or (req.cpu, req.mem, req.gpu, n)
+            known = self._lines.get(key)
+            if known is not None:
+                return list(known)
+            if kernel is not None:
+                lines = [_role_line(kernel, a) for a in roomiest]
+            else:
+                lines = [_shortage(a, req, n) for a in roomiest]
         if len(self.by_cpu) > limit:
             lines.append(f"... and {len(self.by_cpu) - limit} more agents with less room")
+        if not (req.parts and req.mode == ClusterMode.SINGLE_NODE):
+            self._lines[key] = lines
+            return list(lines)
         return lines
 
     def _kernel_short(self, req: Request) -> Part:
