@@ -18,6 +18,7 @@ took from changes, also by a placement in the same pass.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from heapq import heapify, heappop, heappush, heapreplace
 from operator import attrgetter
@@ -25,6 +26,7 @@ from operator import attrgetter
 from troupe.manager.scheduler import EPS, AgentState, Decision, Request, waiting_for_lost
 from troupe.manager.scheduler_pool import Pool
 from troupe.manager.scheduler_queues import Queue, QueueKey, Rank, may_fit_now, room
+from troupe.manager.scheduler_take import take_whole
 
 #: The queue a request waits in (:attr:`Request.key`).
 queue_key: Callable[[Request], QueueKey] = attrgetter("key")
@@ -226,16 +228,31 @@ class Backlog:
         """The pass over a fresh backlog (every queue live, none dead or asleep): every
         session in rank order as :meth:`add_all` sorted them (``line``: each one's queue),
         those of a queue that died skipped; the heap's order, without the heap."""
-        place = self._place
-        placed_in: dict[Queue, int] = {}
+        place, settle, pools = self._place, self._settle, self.pools
+        placed_in: list[Queue] = []  # the queue of each placement
         for req, q in zip(ordered, line, strict=True):
             if q.dead:
                 continue
-            placed = place(q, req)
+            pool = pools.get(q.group)
+            if pool is None or not pool.base:
+                place(q, req)  # kills it
+                continue
+            if req.parts or not pool.failed or q.seen == pool.failed_at:
+                # Pool.place, inline: its whole fit first (the hot path), then the rest
+                whole = take_whole(pool, q.plan)
+                if whole is not None:
+                    placements[req.session_id] = [whole] * req.size
+                    placed_in.append(q)
+                    if q.why:
+                        q.why = ""
+                    continue
+                placed = settle(q, pool, pool.place_apart(req, q))
+            else:
+                placed = settle(q, pool, pool.place(req, q))
             if placed is not None:
                 placements[req.session_id] = placed
-                placed_in[q] = placed_in.get(q, 0) + 1
-        for q, n in placed_in.items():
+                placed_in.append(q)
+        for q, n in Counter(placed_in).items():
             if all(r.session_id in placements for r in q.items[:n]):
                 del q.items[:n]
             else:
@@ -250,7 +267,10 @@ class Backlog:
             q.total, q.why = None, ""
             self._kill(q)
             return None
-        placed = group.place(req, q)
+        return self._settle(q, group, group.place(req, q))
+
+    def _settle(self, q: Queue, group: Pool, placed: list[str] | None) -> list[str] | None:
+        """``q`` after ``group`` placed its next session (``placed``) or did not."""
         if placed is not None:
             if q.why:
                 q.why = ""

@@ -27,7 +27,7 @@ from troupe.manager.scheduler import (
 )
 from troupe.manager.scheduler_keys import RANK_MASK, Ranks, cores_key
 from troupe.manager.scheduler_spread import count, spread, spread_roles
-from troupe.manager.scheduler_take import LEVEL_BITS, Plan, hold_placed, move, take_whole
+from troupe.manager.scheduler_take import LEVEL_BITS, hold_placed, move, take_whole
 
 if TYPE_CHECKING:
     from troupe.manager.scheduler_queues import Queue
@@ -235,17 +235,21 @@ class Pool:
     def place(self, req: Request, q: Queue) -> list[str] | None:
         """Where ``req`` (of queue ``q``) puts its kernels by rank, held there; or None
         (:attr:`monotone` says how it failed)."""
-        if req.parts:
-            self.monotone, self.last_total = True, None
-            return self._place_roles(req, q.plan)
-        if self.failed and q.seen != self.failed_at:
+        if not req.parts and self.failed and q.seen != self.failed_at:
             if self._covered(q.shape):
                 return None
             q.seen = self.failed_at
         whole = take_whole(self, q.plan)
         if whole is not None:
             return [whole] * req.size
+        return self.place_apart(req, q)
+
+    def place_apart(self, req: Request, q: Queue) -> list[str] | None:
+        """:meth:`place` once no agent has room for all of ``req`` (and, without roles, no
+        failed shape covers it): a gang over several agents if multi-node, or None."""
         self.monotone, self.last_total = True, None
+        if req.parts:
+            return self._place_roles(req, q.whole[0])
         placed = None
         if req.mode == ClusterMode.MULTI_NODE:
             placed = spread(self, req)
@@ -311,16 +315,12 @@ class Pool:
                     break
         return None if best is None else id_of[best & RANK_MASK]
 
-    def _place_roles(self, req: Request, plan: Plan) -> list[str] | None:
-        """Kernels that differ: one agent for all when one fits them together (the tightest
-        fit in cores), else (multi-node) role by role over the roomiest agents."""
-        whole = take_whole(self, plan)  # holds the kernels added one by one, as the rule does
-        if whole is not None:
-            return [whole] * req.size
+    def _place_roles(self, req: Request, cpu: float) -> list[str] | None:
+        """Kernels that differ (``cpu`` cores in all), when no agent fits them together:
+        (multi-node) role by role over the roomiest agents."""
         if req.mode != ClusterMode.MULTI_NODE:
             return None
         self.reason = "room"
-        cpu = plan[0]
         if self.total_cpu + 1e-6 < cpu:
             return None
         for i, part in enumerate(req.parts):

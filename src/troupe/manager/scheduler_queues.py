@@ -46,18 +46,15 @@ class Queue:
         self.group: str = key[0]
         self.shape: Shape = key[1:]
         _, size, cpu, mem, gpu, parts = self.shape
+        if parts:
+            whole, held = _sums(parts)
+            #: one agent for a whole session: the search and the hold (:func:`take_whole`)
+            self.plan: Plan = plan_of(whole, held)
+        else:
+            whole = (cpu * size, mem * size, gpu * size)
+            self.plan = plan_of(whole)
         #: (cores, bytes, GPUs) of all the kernels of one of its sessions
-        self.whole: Need = (
-            (
-                sum(p.cpu * p.kernels for p in parts),
-                sum(p.mem * p.kernels for p in parts),
-                sum(p.gpu * p.kernels for p in parts),
-            )
-            if parts
-            else (cpu * size, mem * size, gpu * size)
-        )
-        #: one agent for a whole session: the search and the hold (:func:`take_whole`)
-        self.plan: Plan = plan_of(self.whole, _one_by_one(parts) if parts else None)
+        self.whole: Need = whole
         #: the :attr:`Pool.failed_at` at which the pass's failed shapes did not cover it
         self.seen = 0
         self.items: list[Request] = []
@@ -151,11 +148,16 @@ def _kernel_need(cpu: float, mem: float, gpu: float) -> Need:
     return (cpu if cpu > 0 else ANY[0], mem if mem > 0 else ANY[1], gpu if gpu > 0 else ANY[2])
 
 
-def _one_by_one(parts: tuple[Part, ...]) -> tuple[float, float, float]:
-    """What a session with roles holds on one agent: its kernels added one by one, in rank
-    order (the sum as :func:`~troupe.manager.scheduler_take.hold_placed` makes it)."""
-    cpu, mem, gpu = 0.0, 0, 0
+def _sums(parts: tuple[Part, ...]) -> tuple[Need, Need]:
+    """A session with roles: (cores, bytes, GPUs) of all its kernels (each role's times its
+    kernels, summed as ``sum`` does), and what it holds on one agent: its kernels added one by
+    one in rank order (as :func:`~troupe.manager.scheduler_take.hold_placed` adds them)."""
+    cpu: float = 0  # as ``sum`` starts
+    mem = gpu = 0
+    hcpu, hmem, hgpu = 0.0, 0, 0
     for p in parts:
-        for _ in range(p.kernels):
-            cpu, mem, gpu = cpu + p.cpu, mem + p.mem, gpu + p.gpu
-    return cpu, mem, gpu
+        k, pc, pm, pg = p.kernels, p.cpu, p.mem, p.gpu
+        cpu, mem, gpu = cpu + pc * k, mem + pm * k, gpu + pg * k
+        for _ in range(k):
+            hcpu, hmem, hgpu = hcpu + pc, hmem + pm, hgpu + pg
+    return (cpu, mem, gpu), (hcpu, hmem, hgpu)
