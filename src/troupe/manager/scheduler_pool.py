@@ -107,6 +107,7 @@ class Pool:
         self._roomiest: tuple[tuple[int, int], list[AgentState]] = ((-1, 0), [])
         #: a report's lines by what the request is short of, on :attr:`_roomiest`
         self._lines: dict[tuple[object, ...], list[str]] = {}
+        self._role_lines: dict[tuple[object, ...], str] = {}
         base, used, free = self.base, self.used, self.free
         for a in agents:
             agent_id = a.id
@@ -345,26 +346,32 @@ class Pool:
         top = self.by_cpu[-limit:]
         if self._roomiest[0] != (self.version, limit):  # the same for every report of a pass
             agents = [self.agent(self.id_of[e & RANK_MASK]) for e in reversed(top)]
-            self._roomiest, self._lines = ((self.version, limit), agents), {}
+            self._roomiest, self._lines, self._role_lines = ((self.version, limit), agents), {}, {}
         roomiest = self._roomiest[1]
+        more = len(self.by_cpu) - limit
         if req.parts and req.mode == ClusterMode.SINGLE_NODE:
-            lines = [_role_line(*_kernel_at_fault(a, req)) for a in roomiest]
-        else:  # the same lines for every request that is short of the same (on these agents)
-            kernel = self._kernel_short(req) if req.parts else None
-            key = kernel or (req.cpu, req.mem, req.gpu, n)
-            known = self._lines.get(key)
-            if known is not None:
-                return list(known)
-            if kernel is not None:
-                lines = [_role_line(kernel, a) for a in roomiest]
+            return _with_more([self._fault_line(a, req) for a in roomiest], more)
+        # the same lines for every request that is short of the same (on these agents)
+        short = self._kernel_short(req) if req.parts else None
+        key = short or (req.cpu, req.mem, req.gpu, n)
+        known = self._lines.get(key)
+        if known is None:
+            if short is not None:
+                lines = [_role_line(short, a) for a in roomiest]
             else:
                 lines = [_shortage(a, req, n) for a in roomiest]
-        if len(self.by_cpu) > limit:
-            lines.append(f"... and {len(self.by_cpu) - limit} more agents with less room")
-        if not (req.parts and req.mode == ClusterMode.SINGLE_NODE):
-            self._lines[key] = lines
-            return list(lines)
-        return lines
+            known = self._lines[key] = _with_more(lines, more)
+        return list(known)
+
+    def _fault_line(self, agent: AgentState, req: Request) -> str:
+        """The line of a single-node ``req`` with roles on ``agent``: its kernel at fault
+        (the same line for requests whose kernels before it use the same)."""
+        kernel, left = _kernel_at_fault(agent, req)
+        at = (agent.id, kernel, left.cpu_used, left.mem_used, left.gpu_used)
+        line = self._role_lines.get(at)
+        if line is None:
+            line = self._role_lines[at] = _role_line(kernel, left)
+        return line
 
     def _kernel_short(self, req: Request) -> Part:
         """The first kernel of a multi-node ``req`` with roles that the gang rule cannot
@@ -374,3 +381,10 @@ class Pool:
             return Part(f"{first.role}1", 1, first.cpu, first.mem, first.gpu)
         placed = spread_roles(self, req)
         return placed if isinstance(placed, Part) else req.kernel_shapes()[0]
+
+
+def _with_more(lines: list[str], more: int) -> list[str]:
+    """A report's ``lines``, and how many agents of the group it leaves out."""
+    if more > 0:
+        lines.append(f"... and {more} more agents with less room")
+    return lines
