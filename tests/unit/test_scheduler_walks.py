@@ -109,6 +109,27 @@ def test_sequences_of_changes_place_as_the_plain_rule(
 
 
 @settings(max_examples=200, deadline=None)
+@given(st.lists(agents_st, min_size=1, max_size=8), sessions_st(), st.booleans())
+def test_queues_made_by_the_fresh_walk_hold_each_waiting_session_once(
+    agents: list[AgentState], reqs: list[Request], ask_first: bool
+) -> None:
+    """After ``add_all`` the queues' sessions are made by the fresh walk, or before it when
+    asked for (a session's report): either way the plain rule's placements, and every waiting
+    session once in its queue, in rank order, for the passes after."""
+    agents = named(agents)
+    backlog = Backlog(agents)
+    backlog.add_all(reqs)
+    if ask_first and reqs:
+        backlog.why(reqs[0].session_id)
+    decision = backlog.run()
+    assert decision.placements == plain_schedule(reqs, agents)
+    queued = [r.session_id for q in backlog.queues.values() for r in q.items]
+    assert sorted(queued) == sorted(decision.waiting)
+    for q in backlog.queues.values():
+        assert q.items == sorted(q.items, key=lambda r: (-r.priority, r.order, r.session_id))
+
+
+@settings(max_examples=200, deadline=None)
 @given(st.lists(agents_st, min_size=1, max_size=8), sessions_st())
 def test_report_lines_made_once_are_each_requests_own(
     agents: list[AgentState], reqs: list[Request]

@@ -19,7 +19,6 @@ took from changes, also by a placement in the same pass.
 from __future__ import annotations
 
 import gc
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from functools import wraps
 from heapq import heapify, heappop, heappush, heapreplace
@@ -94,6 +93,9 @@ class Backlog:
         #: after :meth:`add_all` on an empty backlog, until a change: every session in rank
         #: order and the queue of each (the next pass walks it instead of a heap)
         self._line: tuple[list[Request], list[Queue]] | None = None
+        #: that order while its queues' :attr:`Queue.items` are not made yet (:meth:`_fill`;
+        #: the fresh walk makes them as it goes, of the sessions it leaves waiting)
+        self._unfilled: tuple[list[Request], list[Queue]] | None = None
 
     # --- changes ---------------------------------------------------------------------------
 
@@ -104,7 +106,17 @@ class Backlog:
             self.live.add(q)
         return q
 
+    def _fill(self) -> None:
+        """Each queue's sessions, in rank order, after :meth:`add_all` (made when first
+        needed: a fresh walk needs none)."""
+        if self._unfilled is not None:
+            ordered, line = self._unfilled
+            self._unfilled = None
+            for q, req in zip(line, ordered, strict=True):
+                q.items.append(req)
+
     def add(self, req: Request) -> None:
+        self._fill()
         self._line = None
         key: QueueKey = queue_key(req)
         q = self._queue(key)
@@ -125,20 +137,18 @@ class Backlog:
             return
         # stable sorts: by arrival, then by priority, highest first
         ordered = sorted(requests, key=_order)  # floats compare fast; ties are rare
-        orders = list(map(_order, ordered))
-        if len(set(orders)) < len(orders):
+        if len(set(map(_order, ordered))) < len(ordered):
             ordered.sort(key=_arrival)
         ordered.sort(key=_priority, reverse=True)
         queues, make = self.queues, self._queue
         line = [queues.get(key) or make(key) for key in map(queue_key, ordered)]
-        for q, req in zip(line, ordered, strict=True):
-            q.items.append(req)
         self._queue_of = None  # made when first asked (a pass needs none)
-        self._line = (ordered, line)
+        self._line = self._unfilled = (ordered, line)
 
     @property
     def queue_of(self) -> dict[str, QueueKey]:
         """Session id -> the key of its queue."""
+        self._fill()
         if self._queue_of is None:
             self._queue_of = {r.session_id: k for k, q in self.queues.items() for r in q.items}
         return self._queue_of
@@ -187,15 +197,20 @@ class Backlog:
         decision = Decision()
         for pool in self.pools.values():
             pool.failed, pool.counts = {}, {}
-        for q in [q for q in self.live if not q.items]:
-            # nothing to remember: the next session of its shape makes it anew
-            self.live.discard(q)
-            del self.queues[(q.group, *q.shape)]
         line, self._line = self._line, None
         placements = decision.placements
         if line is not None and not self.dead and not self.touched_by:
+            if self._unfilled is None:  # made already (asked for): the walk makes them anew
+                for q in dict.fromkeys(line[1]):
+                    q.items.clear()
+            self._unfilled = None
             looked = self._walk_line(*line, placements)
         else:
+            self._fill()
+            for q in [q for q in self.live if not q.items]:
+                # nothing to remember: the next session of its shape makes it anew
+                self.live.discard(q)
+                del self.queues[(q.group, *q.shape)]
             looked = self._walk_heap(placements)
         self.grown = {}
         if self._queue_of is not None:
@@ -256,22 +271,23 @@ class Backlog:
     ) -> list[Queue]:
         """The pass over a fresh backlog (every queue live, none dead or asleep): every
         session in rank order as :meth:`add_all` sorted them (``line``: each one's queue),
-        those of a queue that died skipped; the heap's order, without the heap."""
+        those of a queue that died skipped; the heap's order, without the heap. Each queue's
+        :attr:`Queue.items` made as it goes: the sessions left waiting."""
         place, settle, pools = self._place, self._settle, self.pools
-        placed_in: list[Queue] = []  # the queue of each placement
         for req, q in zip(ordered, line, strict=True):
             if q.dead:
+                q.items.append(req)
                 continue
             pool = pools.get(q.group)
             if pool is None or not pool.base:
                 place(q, req)  # kills it
+                q.items.append(req)
                 continue
             if req.parts or not pool.failed or q.seen == pool.failed_at:
                 # Pool.place, inline: its whole fit first (the hot path), then the rest
                 whole = take_whole(pool, q.plan)
                 if whole is not None:
                     placements[req.session_id] = [whole] * req.size
-                    placed_in.append(q)
                     if q.why:
                         q.why = ""
                     continue
@@ -280,12 +296,8 @@ class Backlog:
                 placed = settle(q, pool, pool.place(req, q))
             if placed is not None:
                 placements[req.session_id] = placed
-                placed_in.append(q)
-        for q, n in Counter(placed_in).items():
-            if all(r.session_id in placements for r in q.items[:n]):
-                del q.items[:n]
             else:
-                q.items = [r for r in q.items if r.session_id not in placements]
+                q.items.append(req)
         return list(dict.fromkeys(line))
 
     def _place(self, q: Queue, req: Request) -> list[str] | None:

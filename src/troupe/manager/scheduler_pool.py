@@ -27,7 +27,7 @@ from troupe.manager.scheduler import (
 )
 from troupe.manager.scheduler_keys import RANK_MASK, Ranks, cores_key
 from troupe.manager.scheduler_spread import count, spread, spread_roles
-from troupe.manager.scheduler_take import LEVEL_BITS, hold_placed, move, take_whole
+from troupe.manager.scheduler_take import KEYS_KEPT, LEVEL_BITS, hold_placed, move, take_whole
 
 if TYPE_CHECKING:
     from troupe.manager.scheduler_queues import Queue
@@ -128,9 +128,14 @@ class Pool:
         by_cpu: list[Entry] = []
         by_gpu: dict[int, list[Entry]] = {}
         by_mem: dict[int, list[Entry]] = {}
-        rank = self.ranks.rank
+        rank, keys = self.ranks.rank, self.keys
         for agent_id, (cpu, mem, gpu) in self.free.items():
-            entry = cores_key(cpu) | rank[agent_id]
+            key = keys.get(cpu)
+            if key is None:
+                key = cores_key(cpu)
+                if len(keys) < KEYS_KEPT:
+                    keys[cpu] = key
+            entry = key | rank[agent_id]
             by_cpu.append(entry)
             if gpu > 0:
                 by_gpu.setdefault(int(gpu), []).append(entry)
