@@ -85,7 +85,7 @@ class Part(NamedTuple):
 QueueKey = tuple[str, str, int, float, int, int, tuple[Part, ...]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Request:
     """A pending session: ``size`` kernels of (cpu, mem, gpu) each."""
 

@@ -38,7 +38,7 @@ def collector_paused(fn: Callable[P, T]) -> Callable[P, T]:
     """``fn`` with Python's cyclic garbage collector paused while it runs. A pass makes no
     reference cycles, so the collections its allocations set off (a placement's list of agents
     each) free nothing, and a full one walks every object of the process: with 100,000
-    pending sessions loaded, 15-20% of a full pass (docs/performance.md). What it allocates is
+    pending sessions loaded, 10-20% of a full pass (docs/performance.md). What it allocates is
     freed by reference counts as ever."""
 
     @wraps(fn)
