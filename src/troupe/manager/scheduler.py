@@ -160,11 +160,17 @@ def _kernel_at_fault(agent: AgentState, req: Request) -> tuple[Part, AgentState]
     parts = req.parts or (Part("", req.size, req.cpu, req.mem, req.gpu),)
     at: tuple[Part, int] | None = None
     for p in parts:  # AgentState.take, kernel by kernel, one copy at the end
+        pc, pm, pg = p.cpu, p.mem, p.gpu
         for idx in range(1, p.kernels + 1):
-            if kernels_fitting(agent.cpu - cpu, agent.mem - mem, agent.gpu - gpu, p) < 1:
+            # kernels_fitting(...) < 1, without its cost (a resource not asked: any)
+            if (
+                (pc > 0 and agent.cpu - cpu + EPS < pc)
+                or (pm > 0 and agent.mem - mem < pm)
+                or (pg > 0 and agent.gpu - gpu < pg)
+            ):
                 at = p, idx
                 break
-            cpu, mem, gpu = cpu + p.cpu, mem + p.mem, gpu + p.gpu
+            cpu, mem, gpu = cpu + pc, mem + pm, gpu + pg
         if at is not None:
             break
     p, idx = at or (parts[-1], parts[-1].kernels)
