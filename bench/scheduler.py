@@ -9,7 +9,8 @@ Prints figures; passes or fails nothing (machines differ). Times are the process
 parameter server), multi-node more often. ``--compare REV``: the full pass of the scheduler
 as it was at git revision REV (before the backlog: ``f6d5663``; the backlog before its
 dead-queue index: ``1a714c4``; before the fresh pass without a heap: ``2ff614e``; before the
-int keys: ``352bfb7``) in the same run, interleaved, and whether it placed the same.
+int keys: ``352bfb7``; before the plans, the GPU gang walks and the paused collector:
+``47f1eff``) in the same run, interleaved, and whether it placed the same.
 """
 
 from __future__ import annotations
