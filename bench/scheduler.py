@@ -90,6 +90,7 @@ def old_scheduler(rev: str) -> types.ModuleType:
         "scheduler_spread",
         "scheduler_pool",
         "scheduler_queues",
+        "scheduler_collector",
         "scheduler_backlog",
     )
     for name in names:
@@ -101,9 +102,8 @@ def old_scheduler(rev: str) -> types.ModuleType:
                 check=True,
             ).stdout
         except subprocess.CalledProcessError:
-            if name in ("scheduler_keys", "scheduler_take", "scheduler_spread", "scheduler_queues"):
-                continue  # before the int keys, the one-step take, the gangs' own module, or
-                # the dead queues' index
+            if name not in ("scheduler", "scheduler_pool", "scheduler_backlog"):
+                continue  # a module the revision did not have yet
             break  # before the backlog: one module
         for sibling in reversed(names):  # the longer names first: "scheduler" prefixes all
             src = src.replace(f"troupe.manager.{sibling}", f"old_{sibling}")

@@ -19,7 +19,8 @@ from tests.unit.test_scheduler_backlog import World
 
 from troupe.manager import scheduler_spread
 from troupe.manager.scheduler import AgentState, Part, Request, _kernel_at_fault
-from troupe.manager.scheduler_backlog import Backlog, collector_paused, schedule
+from troupe.manager.scheduler_backlog import Backlog, schedule
+from troupe.manager.scheduler_collector import collector_paused
 from troupe.manager.scheduler_pool import Pool
 
 #: many free-GPU counts (so a gang merges several per-count lists), memory that runs out

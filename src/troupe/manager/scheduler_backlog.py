@@ -18,41 +18,15 @@ took from changes, also by a placement in the same pass.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Iterable, Sequence
-from functools import wraps
 from heapq import heapify, heappop, heappush, heapreplace
 from operator import attrgetter
-from typing import ParamSpec, TypeVar
 
 from troupe.manager.scheduler import EPS, AgentState, Decision, Request, waiting_for_lost
+from troupe.manager.scheduler_collector import collector_paused
 from troupe.manager.scheduler_pool import Pool
 from troupe.manager.scheduler_queues import Queue, QueueKey, Rank, may_fit_now, room
 from troupe.manager.scheduler_take import take_whole
-
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-def collector_paused(fn: Callable[P, T]) -> Callable[P, T]:
-    """``fn`` with Python's cyclic garbage collector paused while it runs. A pass makes no
-    reference cycles, so the collections its allocations set off (a placement's list of agents
-    each) free nothing, and a full one walks every object of the process: with 100,000
-    pending sessions loaded, 10-20% of a full pass (docs/performance.md). What it allocates is
-    freed by reference counts as ever."""
-
-    @wraps(fn)
-    def paused(*args: P.args, **kwargs: P.kwargs) -> T:
-        if not gc.isenabled():  # paused already (an outer call)
-            return fn(*args, **kwargs)
-        gc.disable()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            gc.enable()
-
-    return paused
-
 
 #: The queue a request waits in (:attr:`Request.key`).
 queue_key: Callable[[Request], QueueKey] = attrgetter("key")
