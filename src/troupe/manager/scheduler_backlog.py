@@ -386,7 +386,7 @@ class Backlog:
             req = q.items[0]
             pool = self.pools.get(q.group)
             lost = lost_by_group.get(q.group, ())
-            if pool is None or not len(pool):
+            if pool is None or not pool.base:
                 lines = waiting_for_lost(req, lost) or [f"no agent in resource group {req.group!r}"]
             else:
                 lines = pool.report(req) + (waiting_for_lost(req, lost) if lost else [])

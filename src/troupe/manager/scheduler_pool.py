@@ -21,6 +21,7 @@ from troupe.manager.scheduler import (
     AgentState,
     Part,
     Request,
+    _fault,
     _kernel_at_fault,
     _role_line,
     _shortage,
@@ -371,11 +372,10 @@ class Pool:
     def _fault_line(self, agent: AgentState, req: Request) -> str:
         """The line of a single-node ``req`` with roles on ``agent``: its kernel at fault
         (the same line for requests whose kernels before it use the same)."""
-        kernel, left = _kernel_at_fault(agent, req)
-        at = (agent.id, kernel, left.cpu_used, left.mem_used, left.gpu_used)
+        at = (agent.id, *_fault(agent, req))
         line = self._role_lines.get(at)
         if line is None:
-            line = self._role_lines[at] = _role_line(kernel, left)
+            line = self._role_lines[at] = _role_line(*_kernel_at_fault(agent, req))
         return line
 
     def _kernel_short(self, req: Request) -> Part:
