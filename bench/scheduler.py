@@ -9,7 +9,8 @@ Prints figures; passes or fails nothing (machines differ). Times are the process
 parameter server), multi-node more often. ``--compare REV``: the full pass of the scheduler
 as it was at git revision REV (before the backlog: ``f6d5663``; the backlog before its
 dead-queue index: ``1a714c4``; before the fresh pass without a heap: ``2ff614e``; before the
-int keys: ``352bfb7``) in the same run, interleaved, and whether it placed the same.
+int keys: ``352bfb7``; before the plans, the GPU gang walks and the paused collector:
+``47f1eff``) in the same run, interleaved, and whether it placed the same.
 """
 
 from __future__ import annotations
@@ -86,8 +87,10 @@ def old_scheduler(rev: str) -> types.ModuleType:
         "scheduler",
         "scheduler_keys",
         "scheduler_take",
+        "scheduler_spread",
         "scheduler_pool",
         "scheduler_queues",
+        "scheduler_collector",
         "scheduler_backlog",
     )
     for name in names:
@@ -99,8 +102,8 @@ def old_scheduler(rev: str) -> types.ModuleType:
                 check=True,
             ).stdout
         except subprocess.CalledProcessError:
-            if name in ("scheduler_keys", "scheduler_take", "scheduler_queues"):
-                continue  # before the int keys, the one-step take, the dead queues' index
+            if name not in ("scheduler", "scheduler_pool", "scheduler_backlog"):
+                continue  # a module the revision did not have yet
             break  # before the backlog: one module
         for sibling in reversed(names):  # the longer names first: "scheduler" prefixes all
             src = src.replace(f"troupe.manager.{sibling}", f"old_{sibling}")

@@ -85,7 +85,7 @@ class Part(NamedTuple):
 QueueKey = tuple[str, str, int, float, int, int, tuple[Part, ...]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Request:
     """A pending session: ``size`` kernels of (cpu, mem, gpu) each."""
 
@@ -156,16 +156,29 @@ def _shortage(agent: AgentState, req: Request | Part, kernels: int) -> str:
 def _kernel_at_fault(agent: AgentState, req: Request) -> tuple[Part, AgentState]:
     """The first kernel (by rank) of ``req`` that no longer fits on ``agent`` once the ones
     before it are on it, and the agent as they leave it."""
-    shapes = req.kernel_shapes()
-    cpu, mem, gpu = agent.cpu_used, agent.mem_used, agent.gpu_used
-    for kernel in shapes:  # AgentState.take, kernel by kernel, one copy at the end
-        if kernels_fitting(agent.cpu - cpu, agent.mem - mem, agent.gpu - gpu, kernel) < 1:
-            break
-        cpu, mem, gpu = cpu + kernel.cpu, mem + kernel.mem, gpu + kernel.gpu
-    else:
-        kernel = shapes[-1]
+    p, idx, cpu, mem, gpu = _fault(agent, req)
+    kernel = Part(f"{p.role}{idx}" if req.parts else "", 1, p.cpu, p.mem, p.gpu)  # as named
     a = agent  # built directly: dataclasses.replace costs more than the walk (reports)
     return kernel, AgentState(a.id, a.group, a.cpu, a.mem, a.gpu, cpu, mem, gpu, a.gpu_free_ids)
+
+
+def _fault(agent: AgentState, req: Request) -> tuple[Part, int, float, int, int]:
+    """:func:`_kernel_at_fault` as plain values: the kernel's part and index in it, and what
+    the agent has in use with the kernels before it."""
+    cpu, mem, gpu = agent.cpu_used, agent.mem_used, agent.gpu_used
+    parts = req.parts or (Part("", req.size, req.cpu, req.mem, req.gpu),)
+    for p in parts:  # AgentState.take, kernel by kernel
+        pc, pm, pg = p.cpu, p.mem, p.gpu
+        for idx in range(1, p.kernels + 1):
+            # kernels_fitting(...) < 1, without its cost (a resource not asked: any)
+            if (
+                (pc > 0 and agent.cpu - cpu + EPS < pc)
+                or (pm > 0 and agent.mem - mem < pm)
+                or (pg > 0 and agent.gpu - gpu < pg)
+            ):
+                return p, idx, cpu, mem, gpu
+            cpu, mem, gpu = cpu + pc, mem + pm, gpu + pg
+    return parts[-1], parts[-1].kernels, cpu, mem, gpu
 
 
 def _role_line(kernel: Part, agent: AgentState) -> str:

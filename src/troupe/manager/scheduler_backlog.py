@@ -23,8 +23,10 @@ from heapq import heapify, heappop, heappush, heapreplace
 from operator import attrgetter
 
 from troupe.manager.scheduler import EPS, AgentState, Decision, Request, waiting_for_lost
+from troupe.manager.scheduler_collector import collector_paused
 from troupe.manager.scheduler_pool import Pool
 from troupe.manager.scheduler_queues import Queue, QueueKey, Rank, may_fit_now, room
+from troupe.manager.scheduler_take import take_whole
 
 #: The queue a request waits in (:attr:`Request.key`).
 queue_key: Callable[[Request], QueueKey] = attrgetter("key")
@@ -65,6 +67,9 @@ class Backlog:
         #: after :meth:`add_all` on an empty backlog, until a change: every session in rank
         #: order and the queue of each (the next pass walks it instead of a heap)
         self._line: tuple[list[Request], list[Queue]] | None = None
+        #: that order while its queues' :attr:`Queue.items` are not made yet (:meth:`_fill`;
+        #: the fresh walk makes them as it goes, of the sessions it leaves waiting)
+        self._unfilled: tuple[list[Request], list[Queue]] | None = None
 
     # --- changes ---------------------------------------------------------------------------
 
@@ -75,7 +80,17 @@ class Backlog:
             self.live.add(q)
         return q
 
+    def _fill(self) -> None:
+        """Each queue's sessions, in rank order, after :meth:`add_all` (made when first
+        needed: a fresh walk needs none)."""
+        if self._unfilled is not None:
+            ordered, line = self._unfilled
+            self._unfilled = None
+            for q, req in zip(line, ordered, strict=True):
+                q.items.append(req)
+
     def add(self, req: Request) -> None:
+        self._fill()
         self._line = None
         key: QueueKey = queue_key(req)
         q = self._queue(key)
@@ -86,6 +101,7 @@ class Backlog:
             q.items.insert(_bisect_rank(q.items, rank), req)
         self.queue_of[req.session_id] = key
 
+    @collector_paused
     def add_all(self, requests: Iterable[Request]) -> None:
         """Many at once (a fresh backlog): one sort of all, each session to its queue (which
         stays in rank order); the order is kept for the pass that follows (:meth:`run`)."""
@@ -95,20 +111,18 @@ class Backlog:
             return
         # stable sorts: by arrival, then by priority, highest first
         ordered = sorted(requests, key=_order)  # floats compare fast; ties are rare
-        orders = list(map(_order, ordered))
-        if len(set(orders)) < len(orders):
+        if len(set(map(_order, ordered))) < len(ordered):
             ordered.sort(key=_arrival)
         ordered.sort(key=_priority, reverse=True)
         queues, make = self.queues, self._queue
         line = [queues.get(key) or make(key) for key in map(queue_key, ordered)]
-        for q, req in zip(line, ordered, strict=True):
-            q.items.append(req)
         self._queue_of = None  # made when first asked (a pass needs none)
-        self._line = (ordered, line)
+        self._line = self._unfilled = (ordered, line)
 
     @property
     def queue_of(self) -> dict[str, QueueKey]:
         """Session id -> the key of its queue."""
+        self._fill()
         if self._queue_of is None:
             self._queue_of = {r.session_id: k for k, q in self.queues.items() for r in q.items}
         return self._queue_of
@@ -148,6 +162,7 @@ class Backlog:
 
     # --- the pass --------------------------------------------------------------------------
 
+    @collector_paused
     def run(self, report: bool = True) -> Decision:
         """One pass: places what fits, highest priority first, then first come; a session that
         does not fit does not hold back smaller ones behind it. With ``report``, ``waiting``
@@ -156,15 +171,20 @@ class Backlog:
         decision = Decision()
         for pool in self.pools.values():
             pool.failed, pool.counts = {}, {}
-        for q in [q for q in self.live if not q.items]:
-            # nothing to remember: the next session of its shape makes it anew
-            self.live.discard(q)
-            del self.queues[(q.group, *q.shape)]
         line, self._line = self._line, None
         placements = decision.placements
         if line is not None and not self.dead and not self.touched_by:
+            if self._unfilled is None:  # made already (asked for): the walk makes them anew
+                for q in dict.fromkeys(line[1]):
+                    q.items.clear()
+            self._unfilled = None
             looked = self._walk_line(*line, placements)
         else:
+            self._fill()
+            for q in [q for q in self.live if not q.items]:
+                # nothing to remember: the next session of its shape makes it anew
+                self.live.discard(q)
+                del self.queues[(q.group, *q.shape)]
             looked = self._walk_heap(placements)
         self.grown = {}
         if self._queue_of is not None:
@@ -225,34 +245,50 @@ class Backlog:
     ) -> list[Queue]:
         """The pass over a fresh backlog (every queue live, none dead or asleep): every
         session in rank order as :meth:`add_all` sorted them (``line``: each one's queue),
-        those of a queue that died skipped; the heap's order, without the heap."""
-        place = self._place
-        placed_in: dict[Queue, int] = {}
+        those of a queue that died skipped; the heap's order, without the heap. Each queue's
+        :attr:`Queue.items` made as it goes: the sessions left waiting."""
+        place, settle, pools = self._place, self._settle, self.pools
         for req, q in zip(ordered, line, strict=True):
             if q.dead:
+                q.items.append(req)
                 continue
-            placed = place(q, req)
+            pool = pools.get(q.group)
+            if pool is None or not pool.base:
+                place(q, req)  # kills it
+                q.items.append(req)
+                continue
+            if req.parts or not pool.failed or q.seen == pool.failed_at:
+                # Pool.place, inline: its whole fit first (the hot path), then the rest
+                whole = take_whole(pool, q.plan)
+                if whole is not None:
+                    placements[req.session_id] = [whole] * req.size
+                    if q.why:
+                        q.why = ""
+                    continue
+                placed = settle(q, pool, pool.place_apart(req, q))
+            else:
+                placed = settle(q, pool, pool.place(req, q))
             if placed is not None:
                 placements[req.session_id] = placed
-                placed_in[q] = placed_in.get(q, 0) + 1
-        for q, n in placed_in.items():
-            if all(r.session_id in placements for r in q.items[:n]):
-                del q.items[:n]
             else:
-                q.items = [r for r in q.items if r.session_id not in placements]
+                q.items.append(req)
         return list(dict.fromkeys(line))
 
     def _place(self, q: Queue, req: Request) -> list[str] | None:
         """``req`` (the next session of ``q`` in rank order) placed and held, or None (and
         ``q`` dead when only more room can cure it)."""
         group = self.pools.get(q.group)
-        if group is None or not len(group):
+        if group is None or not group.base:
             q.total, q.why = None, ""
             self._kill(q)
             return None
-        placed = group.place(req, q.shape)
+        return self._settle(q, group, group.place(req, q))
+
+    def _settle(self, q: Queue, group: Pool, placed: list[str] | None) -> list[str] | None:
+        """``q`` after ``group`` placed its next session (``placed``) or did not."""
         if placed is not None:
-            q.why = ""
+            if q.why:
+                q.why = ""
         elif not group.monotone:
             q.why, q.touched = group.reason, group.last_touched
         else:
@@ -350,7 +386,7 @@ class Backlog:
             req = q.items[0]
             pool = self.pools.get(q.group)
             lost = lost_by_group.get(q.group, ())
-            if pool is None or not len(pool):
+            if pool is None or not pool.base:
                 lines = waiting_for_lost(req, lost) or [f"no agent in resource group {req.group!r}"]
             else:
                 lines = pool.report(req) + (waiting_for_lost(req, lost) if lost else [])
@@ -374,6 +410,7 @@ def _bisect_rank(items: list[Request], rank: Rank) -> int:
     return lo
 
 
+@collector_paused
 def schedule(
     requests: Sequence[Request], agents: Sequence[AgentState], lost: Sequence[AgentState] = ()
 ) -> Decision:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import replace
+from itertools import count as numbers
+from typing import TYPE_CHECKING
 
 from troupe.cluster.contract import ClusterMode
 from troupe.manager.scheduler import (
@@ -19,19 +21,25 @@ from troupe.manager.scheduler import (
     AgentState,
     Part,
     Request,
+    _fault,
     _kernel_at_fault,
     _role_line,
     _shortage,
-    kernels_fitting,
 )
 from troupe.manager.scheduler_keys import RANK_MASK, Ranks, cores_key
-from troupe.manager.scheduler_take import LEVEL_BITS, hold_placed, move, take_whole
+from troupe.manager.scheduler_spread import count, spread, spread_roles
+from troupe.manager.scheduler_take import KEYS_KEPT, LEVEL_BITS, hold_placed, move, take_whole
+
+if TYPE_CHECKING:
+    from troupe.manager.scheduler_queues import Queue
 
 #: What sets a request's fit apart: (mode, size, cpu, mem, gpu, parts); its group aside.
 Shape = tuple[str, int, float, int, int, tuple[Part, ...]]
 
 #: (free cores, agent id) as one int in the same order (:mod:`scheduler_keys`)
 Entry = int
+#: the values of :attr:`Pool.failed_at`: never the same twice in a process
+_versions = numbers(1)
 
 
 def _level(mem: float) -> int:
@@ -74,12 +82,17 @@ class Pool:
         #: plain shapes that failed in the current pass (kept minimal, see :func:`_covers`),
         #: each with its :attr:`last_total`
         self.failed: dict[Shape, int | None] = {}
+        #: changes with :attr:`failed` (unique over pools and passes): a queue that
+        #: :attr:`failed` did not cover at this value is not covered while it stays
+        self.failed_at = 0
+        #: free cores -> their key's high part (:func:`cores_key`), remembered
+        self.keys: dict[float, int] = {}
         #: how the last :meth:`place` failed: True when more room is the only way to fit
         self.monotone = True
         #: after a plain multi-node failure: how many of its kernels fit over all agents
         self.last_total: int | None = None
         #: after a multi-node failure with roles: ``count`` when one role's kernels fit
-        #: nowhere near (:meth:`count`, or not one agent with room for one), ``greedy`` when
+        #: nowhere near (:func:`~troupe.manager.scheduler_spread.count`), ``greedy`` when
         #: the gang failed as packed (not :attr:`monotone`), else ``room``
         self.reason = ""
         #: after a ``count`` failure: the first role (by index) whose kernels fit nowhere
@@ -87,10 +100,15 @@ class Pool:
         self.last_part = 0
         #: after a ``greedy`` failure: the agents the gang took from -> their free resources
         self.last_touched: dict[str, list[float]] = {}
-        self._took: list[str] = []  # the agents the last failed gang took from
-        #: kernel shape -> at least how many of them fit over the group (this pass)
+        #: the agents the last failed gang with roles took from
+        self.took: list[str] = []
+        #: kernel shape -> how many of them fit over the group, where a count fell short in
+        #: this pass: exact then, at most that many since
         self.counts: dict[tuple[float, float, float], int] = {}
         self._roomiest: tuple[tuple[int, int], list[AgentState]] = ((-1, 0), [])
+        #: a report's lines by what the request is short of, on :attr:`_roomiest`
+        self._lines: dict[tuple[object, ...], list[str]] = {}
+        self._role_lines: dict[tuple[object, ...], str] = {}
         base, used, free = self.base, self.used, self.free
         for a in agents:
             agent_id = a.id
@@ -111,9 +129,14 @@ class Pool:
         by_cpu: list[Entry] = []
         by_gpu: dict[int, list[Entry]] = {}
         by_mem: dict[int, list[Entry]] = {}
-        rank = self.ranks.rank
+        rank, keys = self.ranks.rank, self.keys
         for agent_id, (cpu, mem, gpu) in self.free.items():
-            entry = cores_key(cpu) | rank[agent_id]
+            key = keys.get(cpu)
+            if key is None:
+                key = cores_key(cpu)
+                if len(keys) < KEYS_KEPT:
+                    keys[cpu] = key
+            entry = key | rank[agent_id]
             by_cpu.append(entry)
             if gpu > 0:
                 by_gpu.setdefault(int(gpu), []).append(entry)
@@ -216,41 +239,54 @@ class Pool:
 
     # --- the placement rule (docs/contract.md, 'Placement') ----------------------------------
 
-    def place(self, req: Request, shape: Shape) -> list[str] | None:
-        """Where ``req``'s kernels go by rank, held there; or None (:attr:`monotone` says how
-        it failed)."""
+    def place(self, req: Request, q: Queue) -> list[str] | None:
+        """Where ``req`` (of queue ``q``) puts its kernels by rank, held there; or None
+        (:attr:`monotone` says how it failed)."""
+        if not req.parts and self.failed and q.seen != self.failed_at:
+            if self._covered(q.shape):
+                return None
+            q.seen = self.failed_at
+        whole = take_whole(self, q.plan)
+        if whole is not None:
+            return [whole] * req.size
+        return self.place_apart(req, q)
+
+    def place_apart(self, req: Request, q: Queue) -> list[str] | None:
+        """:meth:`place` once no agent has room for all of ``req`` (and, without roles, no
+        failed shape covers it): a gang over several agents if multi-node, or None."""
         self.monotone, self.last_total = True, None
         if req.parts:
-            return self._place_roles(req)
-        if self.failed:
-            single = shape[0] != ClusterMode.MULTI_NODE
-            _, size, cpu, mem, gpu, _ = shape
-            for f, total in self.failed.items():  # :func:`_covers`, inline (the hot path)
-                if (
-                    (single or f[0] == ClusterMode.MULTI_NODE)
-                    and f[1] <= size
-                    and f[2] <= cpu + EPS
-                    and f[3] <= mem
-                    and f[4] <= gpu
-                ):
-                    # it asks at least as much per kernel: at most as many of its kernels fit
-                    self.last_total = total if f[2] <= cpu else None
-                    return None
-        size = req.size
-        whole = take_whole(self, req.cpu * size, req.mem * size, req.gpu * size)
-        if whole is not None:
-            return [whole] * size
+            return self._place_roles(req, q.whole[0])
         placed = None
         if req.mode == ClusterMode.MULTI_NODE:
-            placed = self._spread(req)
+            placed = spread(self, req)
         if placed is not None:
             hold_placed(self, req, placed)
         else:
             # Kept minimal: a failure the new one covers goes (it rejects nothing more).
-            failed = {f: t for f, t in self.failed.items() if not _covers(shape, f)}
-            failed[shape] = self.last_total
-            self.failed = failed
+            failed = {f: t for f, t in self.failed.items() if not _covers(q.shape, f)}
+            failed[q.shape] = self.last_total
+            self.failed, self.failed_at = failed, next(_versions)
         return placed
+
+    def _covered(self, shape: Shape) -> bool:
+        """Whether a shape that failed in this pass covers ``shape`` (:func:`_covers`): it
+        fails then, and :attr:`last_total` bounds how many of its kernels fit."""
+        self.monotone, self.last_total = True, None
+        single = shape[0] != ClusterMode.MULTI_NODE
+        _, size, cpu, mem, gpu, _ = shape
+        for f, total in self.failed.items():  # :func:`_covers`, inline
+            if (
+                (single or f[0] == ClusterMode.MULTI_NODE)
+                and f[1] <= size
+                and f[2] <= cpu + EPS
+                and f[3] <= mem
+                and f[4] <= gpu
+            ):
+                # it asks at least as much per kernel: at most as many of its kernels fit
+                self.last_total = total if f[2] <= cpu else None
+                return True
+        return False
 
     def whole_fit(self, cpu: float, mem: float, gpu: float) -> str | None:
         """The agent with room for all of it and the fewest free cores (then the lower id).
@@ -286,127 +322,28 @@ class Pool:
                     break
         return None if best is None else id_of[best & RANK_MASK]
 
-    def _spread(self, req: Request) -> list[str] | None:
-        """Gang over several agents: the roomiest first, all or nothing; agents without the
-        cores of one kernel are not looked at."""
-        by_cpu, free, size = self.by_cpu, self.free, req.size
-        cpu, mem, gpu = req.cpu, req.mem, req.gpu
-        if self.total_cpu + 1e-6 < cpu * size:  # a margin for the running sum's rounding
-            # a bound, with room for each agent's EPS and the running sum's rounding
-            self.last_total = int((self.total_cpu + len(self) * EPS + 1e-6) // cpu) + 1
-            return None
-        out: list[str] = []
-        got = 0
-        lo = bisect_left(by_cpu, cores_key(cpu - EPS)) if cpu > 0 else 0
-        id_of = self.id_of
-        for i in range(len(by_cpu) - 1, lo - 1, -1):
-            agent_id = id_of[by_cpu[i] & RANK_MASK]
-            f = free[agent_id]
-            if f[1] < mem or f[2] < gpu:
-                continue
-            n = int((f[0] + EPS) // cpu) if cpu > 0 else 10**9
-            if mem > 0:
-                n = min(n, int(f[1] // mem))
-            if gpu > 0:
-                n = min(n, int(f[2] // gpu))
-            if n > 0:
-                take = min(n, size - got)
-                out += [agent_id] * take
-                got += n
-                if got >= size:
-                    return out
-        self.last_total = got
-        return None
-
-    def _place_roles(self, req: Request) -> list[str] | None:
-        """Kernels that differ: one agent for all when one fits them together (the tightest
-        fit in cores), else (multi-node) role by role over the roomiest agents."""
-        cpu, mem, gpu = req.totals()
-        whole = self.whole_fit(cpu, mem, gpu)
-        if whole is not None:
-            hold_placed(self, req, [whole] * req.size)  # kernel by kernel, as the rule adds
-            return [whole] * req.size
+    def _place_roles(self, req: Request, cpu: float) -> list[str] | None:
+        """Kernels that differ (``cpu`` cores in all), when no agent fits them together:
+        (multi-node) role by role over the roomiest agents."""
         if req.mode != ClusterMode.MULTI_NODE:
             return None
         self.reason = "room"
         if self.total_cpu + 1e-6 < cpu:
             return None
         for i, part in enumerate(req.parts):
-            n = self.count(part)
-            if n >= part.kernels and self.whole_fit(part.cpu, part.mem, part.gpu) is None:
-                n = self.counts[(part.cpu, part.mem, part.gpu)] = 0  # not one kernel: exact
+            n = count(self, part, part.kernels)
             if n < part.kernels:  # too few even if it had every agent alone
                 self.reason, self.last_part, self.last_total = "count", i, n
                 return None
-        placed = self._spread_roles(req)
+        placed = spread_roles(self, req)
         if isinstance(placed, Part):
             # Greedy packing may fail with more room and fit with less: it fails again only
             # while no agent grows and the agents it took from stay as they are.
             self.monotone, self.reason = False, "greedy"
-            self.last_touched = {a: list(self.free[a]) for a in self._took}
+            self.last_touched = {a: list(self.free[a]) for a in self.took}
             return None
         hold_placed(self, req, placed)
         return placed
-
-    def count(self, part: Part) -> int:
-        """At most how many kernels of ``part``'s shape fit over the group: exact when first
-        asked in a pass, a bound after (room only shrinks within a pass)."""
-        key = (part.cpu, part.mem, part.gpu)
-        n = self.counts.get(key)
-        if n is None:
-            free, by_cpu, cpu, mem, gpu = self.free, self.by_cpu, part.cpu, part.mem, part.gpu
-            n = 0
-            id_of, lo = self.id_of, bisect_left(by_cpu, cores_key(cpu - EPS)) if cpu > 0 else 0
-            for i in range(lo, len(by_cpu)):
-                f = free[id_of[by_cpu[i] & RANK_MASK]]
-                if f[1] >= mem and f[2] >= gpu:
-                    n += kernels_fitting(f[0], f[1], f[2], part)
-            self.counts[key] = n
-        return n
-
-    def _spread_roles(self, req: Request) -> list[str] | Part:
-        """The plain gang rule (:func:`troupe.manager.scheduler._gang`) without copying the
-        group: the agents this gang took from are re-sorted as each role starts and merged
-        with the untouched ones, which stay in the index's order. The agents by rank, or the
-        first kernel that fits nowhere."""
-        by_cpu, base, id_of, rank = self.by_cpu, self.base, self.id_of, self.ranks.rank
-        local: dict[str, list[float]] = {}  # agent id -> in use, with this gang's kernels
-        out: list[str] = []
-        for part in req.parts:
-            touched = sorted(
-                (cores_key(base[a].cpu - u[0]) | rank[a] for a, u in local.items()), reverse=True
-            )
-            lo = bisect_left(by_cpu, cores_key(part.cpu - EPS)) if part.cpu > 0 else 0
-            i, t, left = len(by_cpu) - 1, 0, part.kernels
-            pc, pm, pg = part.cpu, part.mem, part.gpu
-            while left:
-                while i >= lo and id_of[by_cpu[i] & RANK_MASK] in local:
-                    i -= 1
-                if i >= lo and (t >= len(touched) or by_cpu[i] > touched[t]):
-                    agent_id = id_of[by_cpu[i] & RANK_MASK]
-                    i -= 1
-                elif t < len(touched):
-                    agent_id = id_of[touched[t] & RANK_MASK]
-                    t += 1
-                else:
-                    idx = part.kernels - left + 1
-                    self._took = list(local)
-                    return Part(f"{part.role}{idx}", 1, part.cpu, part.mem, part.gpu)
-                a = base[agent_id]
-                u = local.get(agent_id) or self.used[agent_id]
-                fc, fm, fg = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
-                if (pm > 0 and fm < pm) or (pg > 0 and fg < pg) or (pc > 0 and fc + EPS < pc):
-                    continue  # not one kernel: kernels_fitting's answer without its cost
-                n = min(kernels_fitting(fc, fm, fg, part), left)
-                if n:
-                    local[agent_id] = [
-                        u[0] + part.cpu * n,
-                        u[1] + part.mem * n,
-                        u[2] + part.gpu * n,
-                    ]
-                    out += [agent_id] * n
-                    left -= n
-        return out
 
     def report(self, req: Request, limit: int = 3) -> list[str]:
         """Why ``req`` does not fit: the agents closest to fitting it, one line each; with
@@ -415,18 +352,31 @@ class Pool:
         top = self.by_cpu[-limit:]
         if self._roomiest[0] != (self.version, limit):  # the same for every report of a pass
             agents = [self.agent(self.id_of[e & RANK_MASK]) for e in reversed(top)]
-            self._roomiest = ((self.version, limit), agents)
+            self._roomiest, self._lines, self._role_lines = ((self.version, limit), agents), {}, {}
         roomiest = self._roomiest[1]
+        more = len(self.by_cpu) - limit
         if req.parts and req.mode == ClusterMode.SINGLE_NODE:
-            lines = [_role_line(*_kernel_at_fault(a, req)) for a in roomiest]
-        elif req.parts:
-            kernel = self._kernel_short(req)
-            lines = [_role_line(kernel, a) for a in roomiest]
-        else:
-            lines = [_shortage(a, req, n) for a in roomiest]
-        if len(self.by_cpu) > limit:
-            lines.append(f"... and {len(self.by_cpu) - limit} more agents with less room")
-        return lines
+            return _with_more([self._fault_line(a, req) for a in roomiest], more)
+        # the same lines for every request that is short of the same (on these agents)
+        short = self._kernel_short(req) if req.parts else None
+        key = short or (req.cpu, req.mem, req.gpu, n)
+        known = self._lines.get(key)
+        if known is None:
+            if short is not None:
+                lines = [_role_line(short, a) for a in roomiest]
+            else:
+                lines = [_shortage(a, req, n) for a in roomiest]
+            known = self._lines[key] = _with_more(lines, more)
+        return list(known)
+
+    def _fault_line(self, agent: AgentState, req: Request) -> str:
+        """The line of a single-node ``req`` with roles on ``agent``: its kernel at fault
+        (the same line for requests whose kernels before it use the same)."""
+        at = (agent.id, *_fault(agent, req))
+        line = self._role_lines.get(at)
+        if line is None:
+            line = self._role_lines[at] = _role_line(*_kernel_at_fault(agent, req))
+        return line
 
     def _kernel_short(self, req: Request) -> Part:
         """The first kernel of a multi-node ``req`` with roles that the gang rule cannot
@@ -434,5 +384,12 @@ class Pool:
         first = req.parts[0]
         if self.whole_fit(first.cpu, first.mem, first.gpu) is None:  # the walk's answer
             return Part(f"{first.role}1", 1, first.cpu, first.mem, first.gpu)
-        placed = self._spread_roles(req)
+        placed = spread_roles(self, req)
         return placed if isinstance(placed, Part) else req.kernel_shapes()[0]
+
+
+def _with_more(lines: list[str], more: int) -> list[str]:
+    """A report's ``lines``, and how many agents of the group it leaves out."""
+    if more > 0:
+        lines.append(f"... and {more} more agents with less room")
+    return lines

@@ -15,6 +15,8 @@ from troupe.cluster.contract import ClusterMode
 from troupe.manager.scheduler import EPS, Part, Request, kernels_fitting
 from troupe.manager.scheduler import QueueKey as QueueKey
 from troupe.manager.scheduler_pool import Pool, Shape
+from troupe.manager.scheduler_spread import count
+from troupe.manager.scheduler_take import Plan, plan_of
 
 Rank = tuple[int, float, str]
 Need = tuple[float, float, float]
@@ -31,6 +33,8 @@ class Queue:
         "items",
         "need",
         "part",
+        "plan",
+        "seen",
         "shape",
         "total",
         "touched",
@@ -42,16 +46,17 @@ class Queue:
         self.group: str = key[0]
         self.shape: Shape = key[1:]
         _, size, cpu, mem, gpu, parts = self.shape
+        if parts:
+            whole, held = _sums(parts)
+            #: one agent for a whole session: the search and the hold (:func:`take_whole`)
+            self.plan: Plan = plan_of(whole, held)
+        else:
+            whole = (cpu * size, mem * size, gpu * size)
+            self.plan = plan_of(whole)
         #: (cores, bytes, GPUs) of all the kernels of one of its sessions
-        self.whole: Need = (
-            (
-                sum(p.cpu * p.kernels for p in parts),
-                sum(p.mem * p.kernels for p in parts),
-                sum(p.gpu * p.kernels for p in parts),
-            )
-            if parts
-            else (cpu * size, mem * size, gpu * size)
-        )
+        self.whole: Need = whole
+        #: the :attr:`Pool.failed_at` at which the pass's failed shapes did not cover it
+        self.seen = 0
         self.items: list[Request] = []
         self.dead = False
         #: how it last failed, the pool's :attr:`Pool.reason`: ``count`` (with roles: the role
@@ -119,7 +124,7 @@ def _roles_may_fit(q: Queue, grown: dict[str, list[float]], pool: Pool) -> bool:
     if q.total < parts[q.part].kernels:
         return False
     for i, p in enumerate(parts):
-        n = pool.count(p)
+        n = count(pool, p, p.kernels)
         if n < p.kernels:
             q.part, q.total = i, n
             q.set_need()
@@ -141,3 +146,18 @@ def _gain(grown: dict[str, list[float]], free: dict[str, list[float]], kernel: P
 def _kernel_need(cpu: float, mem: float, gpu: float) -> Need:
     """What an agent must have free to hold one kernel (a resource not asked: anything)."""
     return (cpu if cpu > 0 else ANY[0], mem if mem > 0 else ANY[1], gpu if gpu > 0 else ANY[2])
+
+
+def _sums(parts: tuple[Part, ...]) -> tuple[Need, Need]:
+    """A session with roles: (cores, bytes, GPUs) of all its kernels (each role's times its
+    kernels, summed as ``sum`` does), and what it holds on one agent: its kernels added one by
+    one in rank order (as :func:`~troupe.manager.scheduler_take.hold_placed` adds them)."""
+    cpu: float = 0  # as ``sum`` starts
+    mem = gpu = 0
+    hcpu, hmem, hgpu = 0.0, 0, 0
+    for p in parts:
+        k, pc, pm, pg = p.kernels, p.cpu, p.mem, p.gpu
+        cpu, mem, gpu = cpu + pc * k, mem + pm * k, gpu + pg * k
+        for _ in range(k):
+            hcpu, hmem, hgpu = hcpu + pc, hmem + pm, hgpu + pg
+    return (cpu, mem, gpu), (hcpu, hmem, hgpu)

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 #: free memory's levels: each spans ``2**LEVEL_BITS`` binary orders of magnitude (fewer
 #: levels: fewer bisections per search, longer walks in the request's own level)
 LEVEL_BITS = 2
+#: at most this many free-core amounts' keys remembered per pool (:attr:`Pool.keys`)
+KEYS_KEPT = 1 << 16
 
 
 def move(entries: list[Entry], old: Entry, new: Entry) -> None:
@@ -42,15 +44,29 @@ def move(entries: list[Entry], old: Entry, new: Entry) -> None:
         insort(entries, new)
 
 
-def take_whole(pool: Pool, cpu: float, mem: float, gpu: float) -> str | None:
-    """The agent with room for all of (``cpu``, ``mem``, ``gpu``) and the fewest free cores
-    (then the lower id), with that much more in use on it; None (nothing held) if none."""
+#: a queue's whole fit, made once per queue (:func:`plan_of`): what one agent must have free
+#: (cores, bytes, GPUs), the cores' key less EPS, the bytes' level, and what is held on it
+Plan = tuple[float, float, float, int, int, float, float, float]
+
+
+def plan_of(
+    whole: tuple[float, float, float], held: tuple[float, float, float] | None = None
+) -> Plan:
+    """The plan of a session that needs ``whole`` on one agent and holds ``held`` there (the
+    same unless roles add their kernels one by one)."""
+    cpu, mem, gpu = whole
+    level = int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0
+    return (cpu, mem, gpu, cores_key(cpu - EPS), level, *(held or whole))
+
+
+def take_whole(pool: Pool, plan: Plan) -> str | None:
+    """The agent with room for all of the plan's (cores, bytes, GPUs) and the fewest free cores
+    (then the lower id), with its held amounts more in use on it; None (nothing held) if none."""
     free, id_of = pool.free, pool.id_of
     best: Entry | None = None
     at = 0  # where ``best`` is in its list (by memory level, or by free GPUs with GPUs)
-    key = cores_key(cpu - EPS)
+    _, mem, gpu, key, level, cpu, hmem, hgpu = plan
     if gpu <= 0:
-        level = int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0
         for lv, entries in pool.by_mem.items():
             if entries[-1] < key:  # not one agent of it has the cores
                 continue
@@ -86,11 +102,17 @@ def take_whole(pool: Pool, cpu: float, mem: float, gpu: float) -> str | None:
     f = free[agent_id]
     old_cpu, old_mem, old_gpu = f
     u, a = pool.used[agent_id], pool.base[agent_id]
-    u[0], u[1], u[2] = u[0] + cpu, u[1] + mem, u[2] + gpu
+    u[0], u[1], u[2] = u[0] + cpu, u[1] + hmem, u[2] + hgpu
     total = pool.total_cpu - max(old_cpu, 0.0)
     f[0], f[1], f[2] = new_cpu, new_mem, new_gpu = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
     pool.total_cpu = total + max(new_cpu, 0.0)
-    new = cores_key(new_cpu) | (best & RANK_MASK)  # as many free cores or fewer: not after best
+    keys = pool.keys  # free cores take few values: their keys remembered
+    new = keys.get(new_cpu)
+    if new is None:
+        new = cores_key(new_cpu)
+        if len(keys) < KEYS_KEPT:
+            keys[new_cpu] = new
+    new |= best & RANK_MASK  # as many free cores or fewer: not after best
     old_level = int(old_mem).bit_length() >> LEVEL_BITS if old_mem > 0 else 0
     level = int(new_mem).bit_length() >> LEVEL_BITS if new_mem > 0 else 0
     by_mem = pool.by_mem

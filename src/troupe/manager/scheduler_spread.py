@@ -1,0 +1,134 @@
+"""Multi-node gangs over a :class:`~troupe.manager.scheduler_pool.Pool`: the walks over its
+agents, the roomiest first (docs/contract.md, 'Placement').
+
+Pure, in memory. A walk looks only at the agents with the cores of one kernel (a bisection
+of the pool's lists) and, for a kernel with GPUs, only at the agents with that many GPUs free
+(the pool's per-free-GPU lists merged): in the order of the list by free cores, restricted,
+so each answer is the plain rule's to the last bit. A role's count stops as soon as it is
+enough (all the pass asks of it), so only a count that fails walks the whole group.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from heapq import merge
+from itertools import islice
+from typing import TYPE_CHECKING
+
+from troupe.manager.scheduler import EPS, Part, Request, kernels_fitting
+from troupe.manager.scheduler_keys import RANK_MASK, cores_key
+
+if TYPE_CHECKING:
+    from troupe.manager.scheduler_pool import Entry, Pool
+
+
+def roomiest(pool: Pool, cpu: float, gpu: float) -> Iterable[Entry]:
+    """The entries of the agents with the cores of one kernel of ``cpu`` cores and, when
+    ``gpu`` > 0, at least ``gpu`` GPUs free, the most free cores first (then the greater id)."""
+    lo = cores_key(cpu - EPS) if cpu > 0 else 0
+    if gpu <= 0:
+        lists = [pool.by_cpu]
+    else:  # an agent with free GPUs is in the list of its count (a whole number)
+        lists = [e for g, e in pool.by_gpu.items() if g >= gpu and e[-1] >= lo]
+    tails: list[Iterator[Entry]] = [islice(reversed(e), len(e) - bisect_left(e, lo)) for e in lists]
+    if len(tails) == 1:
+        return tails[0]
+    return merge(*tails, reverse=True)
+
+
+def spread(pool: Pool, req: Request) -> list[str] | None:
+    """A gang of ``req``'s kernels (one shape) over several agents: the roomiest first, each
+    taking as many as fit, all or nothing (not held); else None and :attr:`Pool.last_total`
+    at most how many of its kernels fit over the group."""
+    size, cpu, mem, gpu = req.size, req.cpu, req.mem, req.gpu
+    if pool.total_cpu + 1e-6 < cpu * size:  # a margin for the running sum's rounding
+        # a bound, with room for each agent's EPS and the running sum's rounding
+        pool.last_total = int((pool.total_cpu + len(pool) * EPS + 1e-6) // cpu) + 1
+        return None
+    out: list[str] = []
+    got = 0
+    free, id_of = pool.free, pool.id_of
+    for entry in roomiest(pool, cpu, gpu):
+        agent_id = id_of[entry & RANK_MASK]
+        f = free[agent_id]
+        if f[1] < mem or f[2] < gpu:
+            continue
+        n = int((f[0] + EPS) // cpu) if cpu > 0 else 10**9
+        if mem > 0:
+            n = min(n, int(f[1] // mem))
+        if gpu > 0:
+            n = min(n, int(f[2] // gpu))
+        if n > 0:
+            take = min(n, size - got)
+            out += [agent_id] * take
+            got += n
+            if got >= size:
+                return out
+    pool.last_total = got
+    return None
+
+
+def count(pool: Pool, part: Part, want: int) -> int:
+    """How many kernels of ``part``'s shape fit over the group, counted until ``want``: at
+    least ``want`` when that many fit; else exact, and remembered for the pass as a bound (room
+    only shrinks within a pass), so a later count of the shape that wants more fails at once."""
+    key = (part.cpu, part.mem, part.gpu)
+    n = pool.counts.get(key)
+    if n is not None and n < want:
+        return n
+    n = 0
+    free, id_of, mem, gpu = pool.free, pool.id_of, part.mem, part.gpu
+    for entry in roomiest(pool, part.cpu, gpu):
+        f = free[id_of[entry & RANK_MASK]]
+        if f[1] >= mem and f[2] >= gpu:
+            n += kernels_fitting(f[0], f[1], f[2], part)
+            if n >= want:
+                return n
+    pool.counts[key] = n
+    return n
+
+
+def spread_roles(pool: Pool, req: Request) -> list[str] | Part:
+    """The plain gang rule (:func:`troupe.manager.scheduler._gang`) without copying the
+    group: the agents this gang took from are re-sorted as each role starts and merged
+    with the untouched ones, which stay in the index's order. The agents by rank (not held),
+    or the first kernel that fits nowhere (:attr:`Pool.took`: the agents it took from)."""
+    by_cpu, base, id_of, rank = pool.by_cpu, pool.base, pool.id_of, pool.ranks.rank
+    local: dict[str, list[float]] = {}  # agent id -> in use, with this gang's kernels
+    out: list[str] = []
+    for part in req.parts:
+        touched = sorted(
+            (cores_key(base[a].cpu - u[0]) | rank[a] for a, u in local.items()), reverse=True
+        )
+        lo = bisect_left(by_cpu, cores_key(part.cpu - EPS)) if part.cpu > 0 else 0
+        i, t, left = len(by_cpu) - 1, 0, part.kernels
+        pc, pm, pg = part.cpu, part.mem, part.gpu
+        while left:
+            while i >= lo and id_of[by_cpu[i] & RANK_MASK] in local:
+                i -= 1
+            if i >= lo and (t >= len(touched) or by_cpu[i] > touched[t]):
+                agent_id = id_of[by_cpu[i] & RANK_MASK]
+                i -= 1
+            elif t < len(touched):
+                agent_id = id_of[touched[t] & RANK_MASK]
+                t += 1
+            else:
+                idx = part.kernels - left + 1
+                pool.took = list(local)
+                return Part(f"{part.role}{idx}", 1, part.cpu, part.mem, part.gpu)
+            a = base[agent_id]
+            u = local.get(agent_id) or pool.used[agent_id]
+            fc, fm, fg = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
+            if (pm > 0 and fm < pm) or (pg > 0 and fg < pg) or (pc > 0 and fc + EPS < pc):
+                continue  # not one kernel: kernels_fitting's answer without its cost
+            n = min(kernels_fitting(fc, fm, fg, part), left)
+            if n:
+                local[agent_id] = [
+                    u[0] + part.cpu * n,
+                    u[1] + part.mem * n,
+                    u[2] + part.gpu * n,
+                ]
+                out += [agent_id] * n
+                left -= n
+    return out
