@@ -150,8 +150,9 @@ def _kernel_need(cpu: float, mem: float, gpu: float) -> Need:
 
 def _sums(parts: tuple[Part, ...]) -> tuple[Need, Need]:
     """A session with roles: (cores, bytes, GPUs) of all its kernels (each role's times its
-    kernels, summed as ``sum`` does), and what it holds on one agent: its kernels added one by
-    one in rank order (as :func:`~troupe.manager.scheduler_take.hold_placed` adds them)."""
+    kernels, summed as ``sum`` does), and what it holds on one agent: its kernels summed one by
+    one in rank order (as :func:`~troupe.manager.scheduler_take.hold_placed` sums them), the
+    sum then added to the agent's use in one step (docs/design.md)."""
     cpu: float = 0  # as ``sum`` starts
     mem = gpu = 0
     hcpu, hmem, hgpu = 0.0, 0, 0

@@ -53,7 +53,7 @@ def plan_of(
     whole: tuple[float, float, float], held: tuple[float, float, float] | None = None
 ) -> Plan:
     """The plan of a session that needs ``whole`` on one agent and holds ``held`` there (the
-    same unless roles add their kernels one by one)."""
+    same unless roles sum their kernels, one by one, in rank order)."""
     cpu, mem, gpu = whole
     level = int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0
     return (cpu, mem, gpu, cores_key(cpu - EPS), level, *(held or whole))
@@ -170,7 +170,7 @@ def hold_placed(pool: Pool, req: Request, placed: list[str]) -> None:
         return
     held: dict[str, list[float]] = {}
     at = 0
-    for p in req.parts:  # kernel by kernel in rank order, as the plain rule adds them
+    for p in req.parts:  # each agent's kernels summed in rank order, then held in one step
         for agent_id in placed[at : at + p.kernels]:
             h = held.setdefault(agent_id, [0.0, 0, 0])
             h[0], h[1], h[2] = h[0] + p.cpu, h[1] + p.mem, h[2] + p.gpu
