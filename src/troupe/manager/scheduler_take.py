@@ -103,9 +103,11 @@ def take_whole(pool: Pool, plan: Plan) -> str | None:
     old_cpu, old_mem, old_gpu = f
     u, a = pool.used[agent_id], pool.base[agent_id]
     u[0], u[1], u[2] = u[0] + cpu, u[1] + hmem, u[2] + hgpu
-    total = pool.total_cpu - max(old_cpu, 0.0)
+    total = pool.total_cpu  # less max(old_cpu, 0.0), plus max(new_cpu, 0.0), without calls
+    if old_cpu > 0:
+        total -= old_cpu
     f[0], f[1], f[2] = new_cpu, new_mem, new_gpu = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
-    pool.total_cpu = total + max(new_cpu, 0.0)
+    pool.total_cpu = total + new_cpu if new_cpu > 0 else total
     keys = pool.keys  # free cores take few values: their keys remembered
     new = keys.get(new_cpu)
     if new is None:
