@@ -62,10 +62,15 @@ def plain_roles(r: Request, group: list[AgentState]) -> list[str] | None:
 
 
 def hold(free: dict[str, AgentState], r: Request, placed: list[str]) -> None:
-    """``r``'s kernels taken on the agents they were placed on (``free`` changes)."""
+    """``r``'s kernels taken on the agents they were placed on (``free`` changes): on each
+    agent, the sum of its kernels (added in rank order) is added to its use in one step."""
     if r.parts:
+        held: dict[str, tuple[float, int, int]] = {}
         for a_id, k in zip(placed, r.kernel_shapes(), strict=True):
-            free[a_id] = free[a_id].take(k, 1)
+            cpu, mem, gpu = held.get(a_id, (0.0, 0, 0))
+            held[a_id] = (cpu + k.cpu, mem + k.mem, gpu + k.gpu)
+        for a_id, (cpu, mem, gpu) in held.items():
+            free[a_id] = free[a_id].hold(cpu, mem, gpu)
         return
     for a_id in set(placed):
         free[a_id] = free[a_id].take(r, placed.count(a_id))

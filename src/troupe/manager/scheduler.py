@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from troupe.api.counted import counted
 from troupe.cluster.contract import ClusterMode
+from troupe.manager.scheduler_shapes import roles_of
 
 EPS = 1e-9
 
@@ -107,6 +108,8 @@ class Request:
     key: QueueKey = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.parts:  # interned: the key hashes and compares it by identity
+            object.__setattr__(self, "parts", roles_of(self.parts))
         key = (self.group, self.mode, self.size, self.cpu, self.mem, self.gpu, self.parts)
         object.__setattr__(self, "key", key)
 

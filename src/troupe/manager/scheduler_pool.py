@@ -109,7 +109,11 @@ class Pool:
         #: a report's lines by what the request is short of, on :attr:`_roomiest`
         self._lines: dict[tuple[object, ...], list[str]] = {}
         self._role_lines: dict[tuple[object, ...], str] = {}
+        #: the first two roles of a multi-node request -> their kernel that the gang rule
+        #: cannot place (or ``()``: they fit), on :attr:`_roomiest`'s state
+        self._shorts: dict[tuple[Part, ...], Part | tuple[()]] = {}
         base, used, free = self.base, self.used, self.free
+        total = 0.0
         for a in agents:
             agent_id = a.id
             base[agent_id] = a
@@ -117,7 +121,9 @@ class Pool:
             # AgentState's cpu_free, mem_free and gpu_free, without three property calls
             cpu, mem, gpu = a.cpu - a.cpu_used, a.mem - a.mem_used, a.gpu - a.gpu_used
             free[agent_id] = [cpu, mem, gpu]
-            self.total_cpu += max(cpu, 0.0)
+            if cpu > 0:  # max(cpu, 0.0), without the call
+                total += cpu
+        self.total_cpu = total
         self.ranks = Ranks(base)
         #: rank -> agent id (an entry's agent: ``id_of[entry & RANK_MASK]``)
         self.id_of = self.ranks.id_of
@@ -140,7 +146,8 @@ class Pool:
             by_cpu.append(entry)
             if gpu > 0:
                 by_gpu.setdefault(int(gpu), []).append(entry)
-            by_mem.setdefault(_level(mem), []).append(entry)
+            level = int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0  # _level, inline
+            by_mem.setdefault(level, []).append(entry)
         by_cpu.sort()
         for entries in (*by_gpu.values(), *by_mem.values()):
             entries.sort()
@@ -335,7 +342,7 @@ class Pool:
             if n < part.kernels:  # too few even if it had every agent alone
                 self.reason, self.last_part, self.last_total = "count", i, n
                 return None
-        placed = spread_roles(self, req)
+        placed = spread_roles(self, req.parts)
         if isinstance(placed, Part):
             # Greedy packing may fail with more room and fit with less: it fails again only
             # while no agent grows and the agents it took from stay as they are.
@@ -353,6 +360,7 @@ class Pool:
         if self._roomiest[0] != (self.version, limit):  # the same for every report of a pass
             agents = [self.agent(self.id_of[e & RANK_MASK]) for e in reversed(top)]
             self._roomiest, self._lines, self._role_lines = ((self.version, limit), agents), {}, {}
+            self._shorts = {}
         roomiest = self._roomiest[1]
         more = len(self.by_cpu) - limit
         if req.parts and req.mode == ClusterMode.SINGLE_NODE:
@@ -381,10 +389,20 @@ class Pool:
     def _kernel_short(self, req: Request) -> Part:
         """The first kernel of a multi-node ``req`` with roles that the gang rule cannot
         place now (its first kernel if it would fit)."""
-        first = req.parts[0]
-        if self.whole_fit(first.cpu, first.mem, first.gpu) is None:  # the walk's answer
-            return Part(f"{first.role}1", 1, first.cpu, first.mem, first.gpu)
-        placed = spread_roles(self, req)
+        parts = req.parts
+        head = parts[:2]  # main and the first role: few layouts, shared by many requests
+        short = self._shorts.get(head)
+        if short is None:
+            first = parts[0]
+            if self.whole_fit(first.cpu, first.mem, first.gpu) is None:  # the walk's answer
+                short = Part(f"{first.role}1", 1, first.cpu, first.mem, first.gpu)
+            else:
+                placed = spread_roles(self, head)
+                short = placed if isinstance(placed, Part) else ()
+            self._shorts[head] = short
+        if short:
+            return short
+        placed = spread_roles(self, parts) if len(parts) > 2 else []
         return placed if isinstance(placed, Part) else req.kernel_shapes()[0]
 
 

@@ -11,10 +11,13 @@ pass after a change looks only at the dead queues that one of the grown agents c
 
 from __future__ import annotations
 
+from typing import cast
+
 from troupe.cluster.contract import ClusterMode
 from troupe.manager.scheduler import EPS, Part, Request, kernels_fitting
 from troupe.manager.scheduler import QueueKey as QueueKey
 from troupe.manager.scheduler_pool import Pool, Shape
+from troupe.manager.scheduler_shapes import Roles
 from troupe.manager.scheduler_spread import count
 from troupe.manager.scheduler_take import Plan, plan_of
 
@@ -46,10 +49,15 @@ class Queue:
         self.group: str = key[0]
         self.shape: Shape = key[1:]
         _, size, cpu, mem, gpu, parts = self.shape
+        #: one agent for a whole session: the search and the hold (:func:`take_whole`)
+        self.plan: Plan
         if parts:
-            whole, held = _sums(parts)
-            #: one agent for a whole session: the search and the hold (:func:`take_whole`)
-            self.plan: Plan = plan_of(whole, held)
+            roles = cast(Roles, parts)  # a request's, interned (Request.__post_init__)
+            made = roles.made  # once per layout, not once per queue
+            if made is None:
+                whole, held = _sums(parts)
+                made = roles.made = (whole, plan_of(whole, held))
+            whole, self.plan = made
         else:
             whole = (cpu * size, mem * size, gpu * size)
             self.plan = plan_of(whole)
@@ -150,8 +158,9 @@ def _kernel_need(cpu: float, mem: float, gpu: float) -> Need:
 
 def _sums(parts: tuple[Part, ...]) -> tuple[Need, Need]:
     """A session with roles: (cores, bytes, GPUs) of all its kernels (each role's times its
-    kernels, summed as ``sum`` does), and what it holds on one agent: its kernels added one by
-    one in rank order (as :func:`~troupe.manager.scheduler_take.hold_placed` adds them)."""
+    kernels, summed as ``sum`` does), and what it holds on one agent: its kernels summed one by
+    one in rank order (as :func:`~troupe.manager.scheduler_take.hold_placed` sums them), the
+    sum then added to the agent's use in one step (docs/design.md)."""
     cpu: float = 0  # as ``sum`` starts
     mem = gpu = 0
     hcpu, hmem, hgpu = 0.0, 0, 0

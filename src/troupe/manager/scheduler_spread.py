@@ -11,7 +11,7 @@ enough (all the pass asks of it), so only a count that fails walks the whole gro
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from heapq import merge
 from itertools import islice
 from typing import TYPE_CHECKING
@@ -89,15 +89,16 @@ def count(pool: Pool, part: Part, want: int) -> int:
     return n
 
 
-def spread_roles(pool: Pool, req: Request) -> list[str] | Part:
-    """The plain gang rule (:func:`troupe.manager.scheduler._gang`) without copying the
-    group: the agents this gang took from are re-sorted as each role starts and merged
+def spread_roles(pool: Pool, parts: Sequence[Part]) -> list[str] | Part:
+    """The plain gang rule (:func:`troupe.manager.scheduler._gang`) for a request's ``parts``
+    (or the first of them: the walk of a role never looks at those after it), without copying
+    the group: the agents this gang took from are re-sorted as each role starts and merged
     with the untouched ones, which stay in the index's order. The agents by rank (not held),
     or the first kernel that fits nowhere (:attr:`Pool.took`: the agents it took from)."""
     by_cpu, base, id_of, rank = pool.by_cpu, pool.base, pool.id_of, pool.ranks.rank
     local: dict[str, list[float]] = {}  # agent id -> in use, with this gang's kernels
     out: list[str] = []
-    for part in req.parts:
+    for part in parts:
         touched = sorted(
             (cores_key(base[a].cpu - u[0]) | rank[a] for a, u in local.items()), reverse=True
         )

@@ -53,7 +53,7 @@ def plan_of(
     whole: tuple[float, float, float], held: tuple[float, float, float] | None = None
 ) -> Plan:
     """The plan of a session that needs ``whole`` on one agent and holds ``held`` there (the
-    same unless roles add their kernels one by one)."""
+    same unless roles sum their kernels, one by one, in rank order)."""
     cpu, mem, gpu = whole
     level = int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0
     return (cpu, mem, gpu, cores_key(cpu - EPS), level, *(held or whole))
@@ -103,9 +103,11 @@ def take_whole(pool: Pool, plan: Plan) -> str | None:
     old_cpu, old_mem, old_gpu = f
     u, a = pool.used[agent_id], pool.base[agent_id]
     u[0], u[1], u[2] = u[0] + cpu, u[1] + hmem, u[2] + hgpu
-    total = pool.total_cpu - max(old_cpu, 0.0)
+    total = pool.total_cpu  # less max(old_cpu, 0.0), plus max(new_cpu, 0.0), without calls
+    if old_cpu > 0:
+        total -= old_cpu
     f[0], f[1], f[2] = new_cpu, new_mem, new_gpu = a.cpu - u[0], a.mem - u[1], a.gpu - u[2]
-    pool.total_cpu = total + max(new_cpu, 0.0)
+    pool.total_cpu = total + new_cpu if new_cpu > 0 else total
     keys = pool.keys  # free cores take few values: their keys remembered
     new = keys.get(new_cpu)
     if new is None:
@@ -170,7 +172,7 @@ def hold_placed(pool: Pool, req: Request, placed: list[str]) -> None:
         return
     held: dict[str, list[float]] = {}
     at = 0
-    for p in req.parts:  # kernel by kernel in rank order, as the plain rule adds them
+    for p in req.parts:  # each agent's kernels summed in rank order, then held in one step
         for agent_id in placed[at : at + p.kernels]:
             h = held.setdefault(agent_id, [0.0, 0, 0])
             h[0], h[1], h[2] = h[0] + p.cpu, h[1] + p.mem, h[2] + p.gpu

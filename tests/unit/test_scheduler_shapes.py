@@ -1,0 +1,57 @@
+"""Role layouts interned (troupe.manager.scheduler_shapes): equal layouts are one object, so
+queue keys hash and compare them by identity; the table keeps only layouts still held."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from troupe.manager import scheduler_shapes
+from troupe.manager.scheduler import Part, Request
+from troupe.manager.scheduler_backlog import Backlog
+from troupe.manager.scheduler_shapes import Roles, roles_of
+
+G = 2**30
+
+
+def layout(cpu: float) -> tuple[Part, ...]:
+    return (Part("main", 1, cpu, G), Part("worker", 2, 2 * cpu, 2 * G))
+
+
+def req(sid: str, cpu: float) -> Request:
+    return Request(sid, "default", "multi-node", 3, cpu, G, parts=layout(cpu))
+
+
+def test_requests_with_equal_roles_share_one_layout_and_one_queue() -> None:
+    a, b = req("a", 1.5), req("b", 1.5)
+    assert type(a.parts) is Roles and a.parts is b.parts
+    assert a.parts == layout(1.5) and a == replace(b, session_id="a")
+    assert a.key == b.key and hash(a.key) == hash(b.key)
+    assert req("c", 2.5).parts is not a.parts
+    assert Request("p", "default", "multi-node", 2, 1.0, G).parts == ()  # plain: no layout
+    backlog = Backlog()
+    backlog.add_all([a, b, req("c", 2.5)])
+    assert len(backlog.queues) == 2
+    q = backlog.queues[a.key]
+    assert a.parts.made is not None and q.plan == a.parts.made[1]  # made once per layout
+    assert q.whole == (1.5 + 2 * 3.0, 5 * G, 0)
+
+
+def test_the_sweep_drops_only_the_layouts_nothing_holds() -> None:
+    kept = req("kept", 0.125)
+    roles_of(layout(0.375))  # held by nothing
+    assert layout(0.375) in scheduler_shapes._known
+    scheduler_shapes._sweep()
+    assert layout(0.375) not in scheduler_shapes._known
+    assert roles_of(layout(0.125)) is kept.parts  # still held by a request: the same one
+    again = roles_of(layout(0.375))  # made anew, then the only one
+    assert again == layout(0.375) and roles_of(layout(0.375)) is again
+
+
+def test_the_table_is_swept_when_it_reaches_its_mark() -> None:
+    scheduler_shapes._sweep()
+    start = len(scheduler_shapes._known)
+    held = [roles_of(layout(0.5 + i)) for i in range(3)]
+    for i in range(scheduler_shapes._sweep_at):
+        roles_of(layout(1000.0 + i))  # not held
+    assert len(scheduler_shapes._known) <= max(scheduler_shapes.SWEEP_AT, 2 * (start + 3)) + 1
+    assert all(roles_of(layout(0.5 + i)) is held[i] for i in range(3))
