@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ from troupe.agent import gpus as gpu_discovery
 from troupe.agent import logs as klogs
 from troupe.agent import metrics as kmetrics
 from troupe.agent import netns, networks, ready, restart, runtime
-from troupe.agent.engine import own_place, step
+from troupe.agent.engine import list_containers, own_place, step
 from troupe.agent.events import ExitWatcher
 from troupe.agent.exec import ShellIO
 from troupe.agent.files import discard, kernel_files, peers_started, remove_files
@@ -376,14 +375,8 @@ class DockerAgent(ImageOps):
         ]
 
     async def _containers(self, label: str) -> list[dict[str, Any]]:
-        """Containers (running or not) with a label (``key`` or ``key=value``), as the engine
-        lists them: aiodocker's ``list()`` wraps away the labels we need."""
-        with step("listing containers"):
-            raw = await self.docker._query_json(
-                "containers/json",
-                params={"all": "1", "filters": json.dumps({"label": [label]})},
-            )
-        return list(raw)
+        """This engine's containers (running or not) with a label."""
+        return await list_containers(self.docker, label)
 
     # -- logs, exec and terminals ---------------------------------------------------
     # Each names a container: troupe kernels only, as work or root (:mod:`.ownership`).

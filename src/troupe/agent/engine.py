@@ -16,13 +16,18 @@ agent.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from aiodocker.exceptions import DockerError
 
 from troupe.api.errors import AgentFailed, NotFound, NotRunning
+
+if TYPE_CHECKING:
+    import aiodocker
 
 log = logging.getLogger(__name__)
 
@@ -106,3 +111,17 @@ def on_container(container_id: str) -> Iterator[None]:
         if e.status == 409:  # exec into a stopped, paused or restarting container
             raise NotRunning(f"container {container_id!r}: {message(e)}") from e
         raise AgentFailed(message(e)) from e
+
+
+async def list_containers(
+    docker: aiodocker.Docker, label: str, running: bool = False
+) -> list[dict[str, Any]]:
+    """Containers with a label (``key`` or ``key=value``; only running ones with ``running``),
+    as the engine lists them: aiodocker's ``list()`` wraps away the labels we need."""
+    filters: dict[str, list[str]] = {"label": [label]}
+    if running:
+        filters["status"] = ["running"]
+    params = {"filters": json.dumps(filters), **({} if running else {"all": "1"})}
+    with step("listing containers"):
+        raw = await docker._query_json("containers/json", params=params)
+    return list(raw)

@@ -25,7 +25,7 @@ from typing import Any
 import aiodocker
 from aiodocker.exceptions import DockerError
 
-from troupe.agent.engine import summary
+from troupe.agent.engine import list_containers, summary
 from troupe.agent.hold import Holds
 from troupe.agent.logs import last_lines
 from troupe.agent.reports import Reports
@@ -106,8 +106,7 @@ class ExitWatcher:
     async def _names(self) -> set[str]:
         """The names of this engine's troupe containers (other agents' may share FILES_DIR:
         the hosts of the multi-host test bed do)."""
-        params = {"all": "1", "filters": json.dumps({"label": [LABEL_SESSION]})}
-        listed = await self._docker._query_json("containers/json", params=params)
+        listed = await list_containers(self._docker, LABEL_SESSION)
         return {str(c["Names"][0]).lstrip("/") for c in listed if c.get("Names")}
 
     async def _handle(self, event: dict[str, Any]) -> None:

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import aiodocker
 from aiodocker.exceptions import DockerError
 
 from troupe.agent import cgroup
 from troupe.agent import gpus as gpu_discovery
+from troupe.agent.engine import list_containers
 from troupe.api.agent import LABEL_GPUS, LABEL_HOSTNAME, LABEL_KERNEL, LABEL_SESSION
 from troupe.api.metrics import AgentMetrics, GpuSample, HostSample, KernelSample, KernelSamples
 from troupe.api.models import GpuInfo
@@ -172,12 +173,8 @@ class Sampler:
             next_at = max(next_at + self.interval, time.monotonic())
             await asyncio.sleep(next_at - time.monotonic())
 
-    async def _running(self) -> list[dict[str, object]]:
-        raw = await self.docker._query_json(
-            "containers/json",
-            params={"filters": json.dumps({"label": [LABEL_SESSION], "status": ["running"]})},
-        )
-        return list(raw)
+    async def _running(self) -> list[dict[str, Any]]:
+        return await list_containers(self.docker, LABEL_SESSION, running=True)
 
     async def _track(self, container_id: str, labels: dict[str, str]) -> Tracked | None:
         """A newly seen kernel: its first process, cgroups and limits (None if it is gone)."""
