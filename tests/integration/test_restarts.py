@@ -145,10 +145,10 @@ def test_no_restart_exit_code_and_success_all(c: Client) -> None:
     command = '[ "$BACKENDAI_CLUSTER_HOST" != sub2 ] || exit 1'
     c.create_session(batch(every, command, success_policy="all"))
     info = final(c, stop)
-    assert (info.status, info.exit_code, info.restarts) == ("ERROR", 2, 0), info
+    assert (info.status, info.exit_code, info.restarts) == ("ERROR", 2, 0), info.status_info
     assert info.status_info["reason"] == "exit code 2 ends the session (no_restart_exit_codes)"
     info = final(c, every)
-    assert (info.status, info.exit_code) == ("ERROR", 1), info
+    assert (info.status, info.exit_code) == ("ERROR", 1), info.status_info
     assert info.status_info["kernel"] == "sub2", info
 
 

@@ -393,3 +393,29 @@ def test_manager_verifies_agents_with_its_ca_file(tmp_path: Path) -> None:
     if ca and Path(ca).is_file():
         agent = verifying_with(Path(ca))("a", "https://h:1", "t")
         assert isinstance(agent, RemoteAgent) and isinstance(agent._verify, ssl.SSLContext)
+
+
+@pytest.mark.parametrize(
+    ("code", "fails"), [(0, False), (137, False), (143, False), (1, True), (126, True), (-1, True)]
+)
+async def test_a_batch_word_killed_after_it_was_read_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, fails: bool
+) -> None:
+    """The go's exec killed by a signal (the supervisor's sweep of a command that failed at
+    once, or the container's end) was read: the kernel's exit says what followed, not a
+    failure to start the batch command; an exec that could not run or failed is one."""
+    agent = DockerAgent("x", data_root=tmp_path / "root")
+
+    async def resolve(ref: str) -> str:
+        return ref
+
+    async def exec_collect(cid: str, command: list[str], user: str = "work") -> tuple[int, str]:
+        return code, "said"
+
+    monkeypatch.setattr(agent.kernels, "resolve", resolve)
+    monkeypatch.setattr(agent, "exec_collect", exec_collect)
+    if fails:
+        with pytest.raises(AgentFailed, match="could not start the batch command: said"):
+            await agent.signal_go("c")
+    else:
+        await agent.signal_go("c")

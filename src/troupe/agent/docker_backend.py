@@ -325,7 +325,9 @@ class DockerAgent(ImageOps):
         """Lets a batch main1 start its command (it waits until the session is ready)."""
         cid = await self.kernels.resolve(container_id)  # (404 for anything else)
         code, out = await self.exec_collect(cid, ["/bin/sh", "-c", ": > /run/troupe/go"], "root")
-        if code != 0:
+        # (a word killed by a signal, 128+, was read: only once the command ran does the sweep
+        # of a supervised one that failed at once kill it; else the container's end, reported)
+        if code != 0 and code < 128:
             raise AgentFailed(f"could not start the batch command: {out.strip()}", kernel="main1")
 
     async def remove_kernels(self, session_id: str) -> dict[str, str]:
