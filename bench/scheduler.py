@@ -84,6 +84,7 @@ def old_scheduler(rev: str) -> types.ModuleType:
     its sibling modules loaded from the same revision under other names."""
     mod = types.ModuleType("old_scheduler")
     names = (
+        "scheduler_shapes",  # (imported by scheduler)
         "scheduler",
         "scheduler_keys",
         "scheduler_take",
@@ -105,7 +106,7 @@ def old_scheduler(rev: str) -> types.ModuleType:
             if name not in ("scheduler", "scheduler_pool", "scheduler_backlog"):
                 continue  # a module the revision did not have yet
             break  # before the backlog: one module
-        for sibling in reversed(names):  # the longer names first: "scheduler" prefixes all
+        for sibling in sorted(names, key=len, reverse=True):  # "scheduler" prefixes all
             src = src.replace(f"troupe.manager.{sibling}", f"old_{sibling}")
         mod = types.ModuleType(f"old_{name}")
         sys.modules[mod.__name__] = mod

@@ -41,10 +41,28 @@ roles_st = st.lists(
 )
 
 
+#: roles of several kernels each: a role's count over the group falls short by more than one
+#: (Pool.ruled_out then answers without a try)
+many_roles_st = st.lists(
+    st.builds(
+        Part,
+        role=st.just("r"),
+        kernels=st.integers(2, 8),
+        cpu=st.sampled_from([1, 2]),
+        mem=st.just(G),
+        gpu=st.sampled_from([0, 0, 1]),
+    ),
+    min_size=1,
+    max_size=2,
+)
+
+
 @st.composite
-def sessions_st(draw: st.DrawFn, first: int) -> list[Request]:
+def sessions_st(
+    draw: st.DrawFn, first: int, roles_of: st.SearchStrategy[list[Part]] = roles_st, most: int = 5
+) -> list[Request]:
     out = []
-    for i in range(draw(st.integers(0, 5))):
+    for i in range(draw(st.integers(0, most))):
         cpu, mem = draw(st.sampled_from([0.5, 1, 2])), draw(st.integers(1, 3)) * G
         req = Request(
             session_id=f"s{first + i}",
@@ -57,7 +75,7 @@ def sessions_st(draw: st.DrawFn, first: int) -> list[Request]:
             priority=draw(st.integers(0, 1)),
             order=float(draw(st.integers(0, 30))),
         )
-        roles = draw(st.one_of(st.just([]), roles_st, roles_st))
+        roles = draw(st.one_of(st.just([]), roles_of, roles_of))
         if roles:
             roles = [p._replace(role=f"w{'x' * j}") for j, p in enumerate(roles)]
             parts = (Part("main", 1, cpu, mem, req.gpu), *roles)
@@ -87,6 +105,29 @@ def reports_match(backlog: Backlog, world: World) -> None:
 def test_mixed_sequences_place_and_report_as_the_plain_rule(
     agents: list[AgentState], reqs: list[Request], steps: list[tuple[str, int]], data: st.DataObject
 ) -> None:
+    check_sequences(agents, reqs, steps, data, roles_st)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(agents_st, min_size=1, max_size=6),
+    sessions_st(0, many_roles_st, 12),
+    steps_st,
+    st.data(),
+)
+def test_roles_ruled_out_by_the_pass_counts_place_and_report_as_the_plain_rule(
+    agents: list[AgentState], reqs: list[Request], steps: list[tuple[str, int]], data: st.DataObject
+) -> None:
+    check_sequences(agents, reqs, steps, data, many_roles_st)
+
+
+def check_sequences(
+    agents: list[AgentState],
+    reqs: list[Request],
+    steps: list[tuple[str, int]],
+    data: st.DataObject,
+    roles_of: st.SearchStrategy[list[Part]],
+) -> None:
     agents = [replace(a, id=f"a{i}") for i, a in enumerate(agents)]
     world = World(agents, reqs)
     backlog = Backlog(agents)
@@ -94,7 +135,7 @@ def test_mixed_sequences_place_and_report_as_the_plain_rule(
     assert backlog.run().placements == world.expected()
     reports_match(backlog, world)
     for what, pick in steps:
-        if world.step(backlog, what, pick, lambda first: data.draw(sessions_st(first))):
+        if world.step(backlog, what, pick, lambda first: data.draw(sessions_st(first, roles_of))):
             pass
         elif what in ("grow", "shrink"):
             a = world.agents[sorted(world.agents)[pick % len(world.agents)]]
@@ -159,3 +200,30 @@ def test_the_pass_after_a_session_ends_tries_only_the_queues_the_room_can_serve(
     placed = backlog.run().placements
     assert tried and not any(sid.startswith("b") for sid in tried)
     assert len(tried) <= len(placed) + 1  # the ones placed, then the first that no longer fit
+
+
+def test_a_role_the_pass_counts_rule_out_is_not_tried_and_one_at_the_bound_is() -> None:
+    """Four agents of 1.5 cores hold 4 one-core workers, one each. ``r1`` (5 workers) fails on
+    that count; ``r3`` (6: more than one short) is then ruled out by the count alone, without
+    a try; ``r2`` (4 workers: exactly the count) is still tried, and fits as a gang."""
+    agents = [AgentState(id=f"a{i}", group="default", cpu=1.5, mem=8 * G, gpu=0) for i in range(4)]
+
+    def roles(sid: str, workers: int, order: float) -> Request:
+        parts = (Part("main", 1, 0.5, G), Part("worker", workers, 1, G))
+        return Request(sid, "default", "multi-node", 1 + workers, 0.5, G, 0, 0, order, parts)
+
+    reqs = [roles("r1", 5, 1), roles("r3", 6, 2), roles("r2", 4, 3)]
+    seen: list[bool] = []
+    ruled_out = Pool.ruled_out
+
+    def spy(pool: Pool, layout: object) -> bool:
+        seen.append(ruled_out(pool, layout))  # type: ignore[arg-type]
+        return seen[-1]
+
+    backlog = Backlog(agents)
+    backlog.add_all(reqs)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(Pool, "ruled_out", spy)
+        placements = backlog.run().placements
+    assert placements == plain_schedule(reqs, agents)
+    assert sorted(placements) == ["r2"] and seen == [True, False], seen

@@ -13,7 +13,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import replace
 from itertools import count as numbers
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from troupe.cluster.contract import ClusterMode
 from troupe.manager.scheduler import (
@@ -27,6 +27,7 @@ from troupe.manager.scheduler import (
     _shortage,
 )
 from troupe.manager.scheduler_keys import RANK_MASK, Ranks, cores_key
+from troupe.manager.scheduler_shapes import Roles
 from troupe.manager.scheduler_spread import count, spread, spread_roles
 from troupe.manager.scheduler_take import KEYS_KEPT, LEVEL_BITS, hold_placed, move, take_whole
 
@@ -253,6 +254,8 @@ class Pool:
             if self._covered(q.shape):
                 return None
             q.seen = self.failed_at
+        elif req.parts and self.counts and self.ruled_out(cast(Roles, req.parts)):
+            return None
         whole = take_whole(self, q.plan)
         if whole is not None:
             return [whole] * req.size
@@ -275,6 +278,28 @@ class Pool:
             failed[q.shape] = self.last_total
             self.failed, self.failed_at = failed, next(_versions)
         return placed
+
+    def ruled_out(self, roles: Roles) -> bool:
+        """Whether a request with ``roles`` fits neither on one agent nor as a gang, by this
+        pass's :attr:`counts` alone (room only shrinks within a pass): a role of k kernels
+        whose shape fits fewer than k - 1 over the group. A gang needs k of them; an agent
+        with room for the whole session holds k - 1 at least (its free cores are at least the
+        sum of the role's k kernels', which is within an ulp of k times one kernel's), so it
+        was counted. Then it failed as :meth:`place_apart` says a role's count fails."""
+        many = roles.many
+        if many is None:
+            many = roles.many = tuple(
+                (i, (p.cpu, p.mem, p.gpu), p.kernels - 1)
+                for i, p in enumerate(roles)
+                if p.kernels > 1
+            )
+        counts = self.counts
+        for i, shape, most in many:
+            n = counts.get(shape)
+            if n is not None and n < most:
+                self.monotone, self.reason, self.last_part, self.last_total = True, "count", i, n
+                return True
+        return False
 
     def _covered(self, shape: Shape) -> bool:
         """Whether a shape that failed in this pass covers ``shape`` (:func:`_covers`): it

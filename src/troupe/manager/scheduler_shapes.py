@@ -31,6 +31,9 @@ class Roles(tuple["Part", ...]):
     #: what a queue of it computes once (:class:`~troupe.manager.scheduler_queues.Queue`:
     #: its ``whole`` and ``plan``), once made
     made: tuple[tuple[float, float, float], Plan] | None = None
+    #: its roles of two kernels or more: (index, kernel shape, kernels less one), once made
+    #: (:meth:`~troupe.manager.scheduler_pool.Pool.ruled_out`)
+    many: tuple[tuple[int, tuple[float, float, float], int], ...] | None = None
 
 
 _known: dict[tuple[Part, ...], Roles] = {}
