@@ -275,3 +275,30 @@ def serving(tmp: Path, *extra: str) -> Iterator[Server]:
 def server(tmp_path_factory: pytest.TempPathFactory, docker_engine: None) -> Iterator[Server]:
     with serving(tmp_path_factory.mktemp("troupe-server")) as s:
         yield s
+
+
+#: At most this many of a server's log lines go with a failed test's report.
+SERVER_LOG_LINES = 40
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that used a server gets the warnings and errors of that server's log
+    (the last ones) in its report: a failure seen once in CI says what the manager saw."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "call" or not report.failed:
+        return
+    funcargs = getattr(item, "funcargs", {})
+    for name, value in funcargs.items():
+        if isinstance(value, Server) and value.log_path.exists():
+            report.sections.append((f"server log of {name!r}", server_log_tail(value.log_path)))
+
+
+def server_log_tail(path: Path) -> str:
+    """The last warnings, errors and traceback lines of a server's log."""
+    with path.open("rb") as f:
+        f.seek(max(f.seek(0, os.SEEK_END) - (1 << 20), 0))
+        lines = f.read().decode(errors="replace").splitlines()
+    kept = [line for line in lines if any(w in line for w in ("WARNING", "ERROR", "Traceback"))]
+    return "\n".join(kept[-SERVER_LOG_LINES:]) or "(no warning or error)"
