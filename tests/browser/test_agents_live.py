@@ -69,5 +69,11 @@ def test_the_heartbeat_age_is_live(web: Web, quick: Server) -> None:
     expect(mem).to_contain_text("unknown while lost · 1 GiB")
     expect(far.locator(".meter-unknown")).to_have_count(2)  # hatched, and no value to claim
     expect(far.get_by_role("meter")).to_have_count(1)  # the GPU's: none offered, 0 / 0
+    # no sample ever: each chart is its caption alone, no empty axes
+    expect(far.locator("figcaption")).to_have_text(
+        ["CPU used: no sample yet", "Memory used: no sample yet"]
+    )
+    expect(far.locator(".plot").first).to_be_hidden()
+    expect(far.locator(".plot").last).to_be_hidden()
     web.shot("agents-heartbeat-lost")
     web.audit("agents-live")

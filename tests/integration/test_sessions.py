@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import BASE_IMAGE, TORCH_IMAGE, Server, docker
 from troupe.agent.files import FILES_DIR
+from troupe.api.agent import LABEL_AGENT
 from troupe.api.models import Mount, Resources, SessionCreate, SessionInfo
 from troupe.client.sdk import Client, TroupeError
 from troupe.cluster import build_cluster, derive_dist_env
@@ -110,6 +111,14 @@ def test_three_kernels_env_ssh_and_entry_paths(server: Server) -> None:
         code, out = sh(c, name, "test -p /run/troupe/events && test -e /run/troupe/agent-signals")
         assert code == 0, out
         main1 = next(k.container_id for k in detail.kernels if k.hostname == "main1")
+        # made by this server's own agent, which watches only the kernels it made
+        inspect = "{{json .Config.Labels}}"
+        labels = [
+            json.loads(docker("inspect", "-f", inspect, k.container_id or "").stdout)
+            for k in detail.kernels
+        ]
+        agents = {str(label.get(LABEL_AGENT)) for label in labels}
+        assert len(agents) == 1 and len(next(iter(agents))) == 16, agents
         with tempfile.TemporaryDirectory() as tmp:
             docker("cp", f"{main1}:/etc/hostname", f"{tmp}/hostname")
             assert Path(tmp, "hostname").read_text() == "main1\n"

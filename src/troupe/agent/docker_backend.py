@@ -37,6 +37,7 @@ from troupe.agent.kernel import (
     container_config,
     files_archive,
     folder_path,
+    instance_of,
     new_folder,
     runner_dir,
 )
@@ -105,6 +106,8 @@ class DockerAgent(ImageOps):
         self.group = group
         #: Data folders live in ``<data_root>/folders/<folder id>`` (shared storage on clusters).
         self.data_root = data_root or AGENT_DATA_ROOT
+        #: what its kernels' containers are labelled with: it watches only theirs
+        self.instance = instance_of(name, self.data_root)
         #: What each kernel's container may take besides CPU and memory (clamped at start).
         self.limits = KernelLimits(
             pids=pids_limit, nofile=nofile, log_max_size=log_max_size, log_max_files=log_max_files
@@ -159,7 +162,9 @@ class DockerAgent(ImageOps):
         else:
             log.info("offering no GPUs: %s", self.gpu_reason)
         if on_exit is not None:
-            self._exits = ExitWatcher(docker, on_exit, self.removing.__contains__, self.holds)
+            self._exits = ExitWatcher(
+                docker, on_exit, self.removing.__contains__, self.holds, self.instance
+            )
             self._exits.start()
         self._sampler = kmetrics.Sampler(docker, self.metrics_interval, self.gpus, self._nvidia_smi)
         self._sampler.start()  # (samples nothing with an interval of 0)
@@ -270,7 +275,7 @@ class DockerAgent(ImageOps):
             folder_path(folders, m)  # again, now that it exists
         files = kernel_files(spec) if spec.files else None
         config = container_config(
-            spec, runner_dir(), str(folders), self.limits, files, runtime.host_dir()
+            spec, runner_dir(), str(folders), self.limits, files, runtime.host_dir(), self.instance
         )
         try:
             with step(kernel=spec.hostname):

@@ -29,7 +29,7 @@ from troupe.agent.engine import list_containers, summary
 from troupe.agent.hold import Holds
 from troupe.agent.logs import last_lines
 from troupe.agent.reports import Reports
-from troupe.api.agent import LABEL_KERNEL, LABEL_SESSION, ExitHandler, KernelExit
+from troupe.api.agent import LABEL_AGENT, LABEL_KERNEL, LABEL_SESSION, ExitHandler, KernelExit
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +48,17 @@ class ExitWatcher:
         on_exit: ExitHandler,
         removing: Callable[[str], bool] = lambda _: False,
         holds: Holds | None = None,
+        owner: str = "",
     ) -> None:
         """``removing``: whether a container (by id) is being removed by this agent;
-        ``holds``: where failed supervised kernels are started again, held."""
+        ``holds``: where failed supervised kernels are started again, held; ``owner``: this
+        agent's instance (:data:`LABEL_AGENT`): the deaths and reports of containers another
+        agent made are that agent's (an engine may serve several), never this one's."""
         self._docker = docker
         self._on_exit = on_exit
         self._removing = removing
         self._holds = holds
+        self._owner = owner
         self._reports = Reports(self._report)
         self._task: asyncio.Task[None] | None = None
 
@@ -104,15 +108,27 @@ class ExitWatcher:
                     yield json.loads(line)
 
     async def _names(self) -> set[str]:
-        """The names of this engine's troupe containers (other agents' may share FILES_DIR:
-        the hosts of the multi-host test bed do)."""
+        """The names of the troupe containers this agent made on its engine (other agents' may
+        share FILES_DIR, as the hosts of the multi-host test bed do, or the engine)."""
         listed = await list_containers(self._docker, LABEL_SESSION)
-        return {str(c["Names"][0]).lstrip("/") for c in listed if c.get("Names")}
+        return {
+            str(c["Names"][0]).lstrip("/")
+            for c in listed
+            if c.get("Names") and self._mine(c.get("Labels") or {})
+        }
+
+    def _mine(self, labels: dict[str, Any]) -> bool:
+        """Whether this agent made the container of these labels (one without the label, made
+        before it, is anyone's)."""
+        return bool(labels.get(LABEL_AGENT, self._owner) == self._owner)
 
     async def _handle(self, event: dict[str, Any]) -> None:
         actor = event.get("Actor") or {}
         cid = actor.get("ID") or event.get("id") or ""
-        action, name = event.get("Action"), (actor.get("Attributes") or {}).get("name", "")
+        attrs = actor.get("Attributes") or {}
+        if not self._mine(attrs):  # (an event's attributes are the container's labels)
+            return
+        action, name = event.get("Action"), attrs.get("name", "")
         if action in ("start", "destroy"):
             (self._reports.watch if action == "start" else self._reports.unwatch)(name)
             return
@@ -154,7 +170,7 @@ class ExitWatcher:
         cid, state = str(info["Id"]), info.get("State") or {}
         labels = (info.get("Config") or {}).get("Labels") or {}
         session_id, kernel_id = labels.get(LABEL_SESSION), labels.get(LABEL_KERNEL)
-        if not (session_id and kernel_id and state.get("Running")):
+        if not (session_id and kernel_id and state.get("Running") and self._mine(labels)):
             return
         if self._removing(cid) or holds.is_held(cid, name) or attempt < holds.attempt(cid):
             return

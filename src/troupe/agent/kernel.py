@@ -6,7 +6,9 @@ Pure functions, so the exact container contract (labels, limits, mounts, aliases
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
+import os
 import re
 import tarfile
 import time
@@ -18,6 +20,7 @@ from typing import Any
 from troupe.agent import runtime as kruntime
 from troupe.api import defaults
 from troupe.api.agent import (
+    LABEL_AGENT,
     LABEL_GPUS,
     LABEL_HOSTNAME,
     LABEL_KERNEL,
@@ -119,6 +122,14 @@ def device_requests(gpu_ids: list[str]) -> list[dict[str, Any]]:
     return [{"Driver": "nvidia", "DeviceIDs": gpu_ids, "Capabilities": [["gpu"]]}]
 
 
+def instance_of(name: str, data_root: Path) -> str:
+    """An agent's instance, the value of :data:`LABEL_AGENT` on the kernels it makes: its name
+    and data folder's place (the same after a restart of it, another for another agent on the
+    same engine: another manager's local agent has another data folder)."""
+    where = os.path.abspath(data_root)
+    return hashlib.sha256(f"{name}\0{where}".encode()).hexdigest()[:16]
+
+
 def container_config(
     spec: KernelSpec,
     runner_dir: str,
@@ -126,6 +137,7 @@ def container_config(
     limits: KernelLimits | None = None,
     files: KernelFiles | None = None,
     runtime: str | None = None,
+    agent: str = "",
 ) -> dict[str, Any]:
     """``files.tar``: the host path of the kernel's files archive, mounted at FILES_MOUNT. The
     engine's own archive upload costs more (at 8 kernels on 2 cores, a third of a second of the
@@ -135,7 +147,8 @@ def container_config(
     report FIFO, at REPORTS_MOUNT, the same way. ``runtime``: the host path
     of the kernel runtime (:mod:`troupe.agent.runtime`), mounted read-only; with it the
     entrypoint starts under the runtime's shell (any image, even one without ``/bin/sh``) and
-    as root (an image's ``USER`` is not the kernel's user: the entrypoint drops to ``work``)."""
+    as root (an image's ``USER`` is not the kernel's user: the entrypoint drops to ``work``).
+    ``agent``: the making agent's instance (:data:`LABEL_AGENT`)."""
     binds = [f"{runner_dir}:{RUNNER_MOUNT}:ro", *kruntime.bind(runtime)]
     if files is not None:
         binds.append(f"{files.tar}:{FILES_MOUNT}:ro")
@@ -161,6 +174,7 @@ def container_config(
             LABEL_OWNER: spec.owner,
             LABEL_HOSTNAME: spec.hostname,
             **({LABEL_GPUS: ",".join(spec.gpus)} if spec.gpus else {}),
+            **({LABEL_AGENT: agent} if agent else {}),
         },
         "HostConfig": {
             "Init": True,

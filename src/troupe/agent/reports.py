@@ -12,8 +12,10 @@ FIFOs are found by their container's name: opened when the engine says a troupe 
 started, and those of all its troupe containers at each (re)connection of the event stream (an
 agent restarted meanwhile reads what waited there: a line lives while an end is open, and the
 supervisor keeps its end open until its word); closed when the engine says the container was
-destroyed, or is gone at a reconnection. Only the agent's own engine's containers: agents
-sharing FILES_DIR (the multi-host test bed's) never read each other's. Reads are bounded
+destroyed, or is gone at a reconnection. Only the containers this agent made
+(:class:`~troupe.agent.events.ExitWatcher` asks it to watch no other): agents sharing
+FILES_DIR (the multi-host test bed's) or an engine (two managers') never read each other's,
+whose lines a read here would take from their agent. Reads are bounded
 whatever a kernel writes: a line longer than :data:`LINE_MAX` is cut to its end, anything but a
 well-formed report is ignored, and a container has one report handled at a time (the
 supervisor writes its report again every few seconds while it waits: copies of one handled are

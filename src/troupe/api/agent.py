@@ -29,6 +29,10 @@ LABEL_OWNER = "troupe.owner"
 LABEL_HOSTNAME = "troupe.hostname"
 #: The GPUs (UUIDs, comma-separated) a kernel's container was given: read back after restarts.
 LABEL_GPUS = "troupe.gpus"
+#: The agent that made a kernel's container (its instance, ``troupe.agent.kernel.instance_of``):
+#: agents that share an engine (two managers', a test's next to a developer's) each watch only
+#: their own kernels' deaths and reports. A container without it (made before) is any agent's.
+LABEL_AGENT = "troupe.agent"
 
 
 class FileSpec(BaseModel):

@@ -45,6 +45,7 @@
       const fig = el("figure", "chart");
       const plot = el("div", "plot");
       plot.setAttribute("aria-hidden", "true");
+      plot.hidden = true;  // (until its first sample: the caption alone says there is none)
       this.cap = el("figcaption", "", `${title}: no sample yet`);
       fig.append(plot, this.cap);
       parent.append(fig);
@@ -72,6 +73,10 @@
     }
     draw() {
       this.u.setData(this.data);
+      if (this.plot.hidden && this.data[0].length) {
+        this.plot.hidden = false;
+        this.fit();  // (its width is known once shown)
+      }
       this.fig.dataset.points = this.data[0].length;  // for the browser tests
       if (this.last) this.cap.textContent = `${this.title}: ${this.caption(this.last)}`;
     }
