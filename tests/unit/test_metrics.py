@@ -354,3 +354,15 @@ async def test_a_round_samples_kernels_and_their_gpus(
     docker.listed = []  # the kernel stopped: no longer tracked
     third = await s.sample()
     assert third.kernels == [] and s.tracked == {}
+
+
+async def test_another_agents_kernels_are_not_sampled() -> None:
+    """An engine shared by two agents: each samples the kernels it made (and the unlabelled)."""
+    docker = FakeDocker()
+    mine = {**docker.listed[0], "Id": "m" * 64}
+    mine["Labels"] = {**mine["Labels"], "troupe.agent": "me"}  # type: ignore[dict-item]
+    theirs = {**docker.listed[0], "Id": "t" * 64}
+    theirs["Labels"] = {**theirs["Labels"], "troupe.agent": "them"}  # type: ignore[dict-item]
+    docker.listed = [docker.listed[0], mine, theirs]
+    s = sampler.Sampler(docker, 5.0, owner="me")  # type: ignore[arg-type]
+    assert [c["Id"][0] for c in await s._running()] == ["c", "m"]

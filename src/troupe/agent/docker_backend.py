@@ -166,7 +166,9 @@ class DockerAgent(ImageOps):
                 docker, on_exit, self.removing.__contains__, self.holds, self.instance
             )
             self._exits.start()
-        self._sampler = kmetrics.Sampler(docker, self.metrics_interval, self.gpus, self._nvidia_smi)
+        self._sampler = kmetrics.Sampler(
+            docker, self.metrics_interval, self.gpus, self._nvidia_smi, owner=self.instance
+        )
         self._sampler.start()  # (samples nothing with an interval of 0)
 
     async def close(self) -> None:

@@ -27,9 +27,10 @@ from aiodocker.exceptions import DockerError
 
 from troupe.agent.engine import list_containers, summary
 from troupe.agent.hold import Holds
+from troupe.agent.kernel import made_by
 from troupe.agent.logs import last_lines
 from troupe.agent.reports import Reports
-from troupe.api.agent import LABEL_AGENT, LABEL_KERNEL, LABEL_SESSION, ExitHandler, KernelExit
+from troupe.api.agent import LABEL_KERNEL, LABEL_SESSION, ExitHandler, KernelExit
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +119,7 @@ class ExitWatcher:
         }
 
     def _mine(self, labels: dict[str, Any]) -> bool:
-        """Whether this agent made the container of these labels (one without the label, made
-        before it, is anyone's)."""
-        return bool(labels.get(LABEL_AGENT, self._owner) == self._owner)
+        return made_by(labels, self._owner)
 
     async def _handle(self, event: dict[str, Any]) -> None:
         actor = event.get("Actor") or {}

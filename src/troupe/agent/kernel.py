@@ -12,6 +12,7 @@ import os
 import re
 import tarfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
@@ -126,8 +127,14 @@ def instance_of(name: str, data_root: Path) -> str:
     """An agent's instance, the value of :data:`LABEL_AGENT` on the kernels it makes: its name
     and data folder's place (the same after a restart of it, another for another agent on the
     same engine: another manager's local agent has another data folder)."""
-    where = os.path.abspath(data_root)
+    where = os.path.realpath(data_root)  # (the same folder by any path to it)
     return hashlib.sha256(f"{name}\0{where}".encode()).hexdigest()[:16]
+
+
+def made_by(labels: Mapping[str, Any], instance: str) -> bool:
+    """Whether the agent ``instance`` made the container of these labels (one without the
+    label, made before it, is any agent's)."""
+    return bool(labels.get(LABEL_AGENT, instance) == instance)
 
 
 def container_config(

@@ -26,6 +26,7 @@ from aiodocker.exceptions import DockerError
 from troupe.agent import cgroup
 from troupe.agent import gpus as gpu_discovery
 from troupe.agent.engine import list_containers
+from troupe.agent.kernel import made_by
 from troupe.api.agent import LABEL_GPUS, LABEL_HOSTNAME, LABEL_KERNEL, LABEL_SESSION
 from troupe.api.metrics import AgentMetrics, GpuSample, HostSample, KernelSample, KernelSamples
 from troupe.api.models import GpuInfo
@@ -136,8 +137,12 @@ class Sampler:
         gpus: Sequence[GpuInfo] = (),
         nvidia_smi: str | None = None,
         mounts: cgroup.Mounts | None = None,
+        owner: str = "",
     ) -> None:
+        """``owner``: the agent's instance (its kernels only: another agent's on the same
+        engine are that agent's to sample)."""
         self.docker = docker
+        self.owner = owner
         self.interval = interval
         #: the GPUs offered: the host's figures are theirs (None of nvidia-smi is asked without)
         self.gpus = {g.uuid for g in gpus}
@@ -174,7 +179,8 @@ class Sampler:
             await asyncio.sleep(next_at - time.monotonic())
 
     async def _running(self) -> list[dict[str, Any]]:
-        return await list_containers(self.docker, LABEL_SESSION, running=True)
+        listed = await list_containers(self.docker, LABEL_SESSION, running=True)
+        return [c for c in listed if made_by(c.get("Labels") or {}, self.owner)]
 
     async def _track(self, container_id: str, labels: dict[str, str]) -> Tracked | None:
         """A newly seen kernel: its first process, cgroups and limits (None if it is gone)."""
