@@ -7,6 +7,9 @@ import asyncio
 import html
 import json
 import re
+from typing import Any
+
+import pytest
 
 from tests.inprocess.asgi import AsgiHttp
 from tests.inprocess.conftest import Harness
@@ -175,3 +178,37 @@ async def test_a_lost_agents_bars_are_unknown_not_full(manager: Harness) -> None
     assert "unknown while lost · 2 cores" in card and "unknown while lost · 8 GiB" in card, card
     assert 'aria-valuenow="100.0"' not in card and "2 / 2 cores" not in card, card
     assert 'aria-label="GPU allocated"' in card and "0 / 0 GPUs" in card  # none offered: known
+
+
+async def test_an_agent_lost_between_the_reads_of_its_list_has_nothing_free(
+    manager: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The list reads the agents' use, then their rows: one that went LOST in between is shown
+    LOST with nothing free (its use as read while it was ALIVE is not what it has free)."""
+    await manager.register("gone", cpu=2)
+    fleet = manager.app.state.registry.fleet  # type: ignore[union-attr]
+    c = await signed_in(manager)
+    alive = [s for s in await _states(manager) if s.id == "gone"]
+    assert alive and alive[0].cpu_free == 2
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while (
+        next(a for a in (await c.get("/v1/agents")).json() if a["name"] == "gone")["status"]
+        != "LOST"
+    ):
+        assert loop.time() < deadline
+        await asyncio.sleep(0.05)
+
+    async def as_read_before(db: object, ids: object = None) -> list[object]:
+        return list(alive)  # (what it read while the agent was ALIVE)
+
+    monkeypatch.setattr(fleet, "states", as_read_before)
+    gone = next(a for a in (await c.get("/v1/agents")).json() if a["name"] == "gone")
+    assert gone["status"] == "LOST"
+    assert (gone["cpu_free"], gone["mem_free"], gone["gpu_free"]) == (0, 0, 0)
+
+
+async def _states(manager: Harness) -> list[Any]:
+    registry = manager.app.state.registry  # type: ignore[union-attr]
+    async with registry.life.store() as db:
+        return list(await registry.fleet.states(db))

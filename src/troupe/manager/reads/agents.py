@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from troupe.api.errors import TroupeError
-from troupe.api.lifecycle import SESSION_HAS_KERNELS
+from troupe.api.lifecycle import SESSION_HAS_KERNELS, AgentStatus
 from troupe.api.models import AgentInfo, GpuInfo, ImageInfo
 from troupe.manager.fleet import Fleet
 from troupe.manager.store.models import Agent, Kernel, Session
@@ -30,7 +30,8 @@ async def agent_infos(db: AsyncSession, fleet: Fleet) -> list[AgentInfo]:
     now = datetime.now(UTC)
     out = []
     for a in (await db.execute(select(Agent).order_by(Agent.name))).scalars():
-        st = states.get(a.id)
+        # (free as the row's status says: an agent LOST since ``states`` read it has none)
+        st = states.get(a.id) if a.status == AgentStatus.ALIVE else None
         # (an in-process agent sends none: its registration's time would only grow old)
         hb = None if fleet.is_local(a.id) else a.last_heartbeat
         out.append(
