@@ -70,14 +70,15 @@ def test_reads_stay_bounded_whatever_a_kernel_writes(tmp_path: Path) -> None:
     assert got == [(NAME, 9, 0)]
 
 
+async def _ignored(name: str, status: int, attempt: int) -> None:
+    """A Reports' handler for tests of what it watches, not of what it reads."""
+
+
 def test_sync_reads_the_engines_containers_fifos_only(tmp_path: Path) -> None:
     """Another agent's FIFOs in the same directory (the test bed's hosts) are not read."""
 
-    async def on_report(name: str, status: int, attempt: int) -> None:
-        pass
-
     async def go() -> None:
-        r = reports.Reports(on_report, tmp_path)
+        r = reports.Reports(_ignored, tmp_path)
         one = _fifo(tmp_path, "troupe-a-main1")
         _fifo(tmp_path, "troupe-a-sub1")
         _fifo(tmp_path, "troupe-a-sub3")  # (another engine's)
@@ -276,11 +277,8 @@ def test_a_fifo_made_anew_under_the_same_name_is_opened_again(tmp_path: Path) ->
     """A kernel made anew (its container removed and created under its name) has a new FIFO:
     the old one's end would never hear from it."""
 
-    async def on_report(name: str, status: int, attempt: int) -> None:
-        pass
-
     async def go() -> None:
-        r = reports.Reports(on_report, tmp_path)
+        r = reports.Reports(_ignored, tmp_path)
         path = _fifo(tmp_path)
         r.watch(NAME)
         old = os.fstat(r._fds[NAME]).st_ino

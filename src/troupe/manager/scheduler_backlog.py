@@ -21,13 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from heapq import heapify, heappop, heappush, heapreplace
 from operator import attrgetter
-from typing import cast
 
 from troupe.manager.scheduler import EPS, AgentState, Decision, Request, waiting_for_lost
 from troupe.manager.scheduler_collector import collector_paused
 from troupe.manager.scheduler_pool import Pool
 from troupe.manager.scheduler_queues import Queue, QueueKey, Rank, may_fit_now, room
-from troupe.manager.scheduler_shapes import Roles
 from troupe.manager.scheduler_take import take_whole
 
 #: The queue a request waits in (:attr:`Request.key`).
@@ -259,12 +257,9 @@ class Backlog:
                 place(q, req)  # kills it
                 q.items.append(req)
                 continue
-            if req.parts or not pool.failed or q.seen == pool.failed_at:
-                # Pool.place, inline: its whole fit first (the hot path), then the rest
-                if req.parts and pool.counts and pool.ruled_out(cast(Roles, req.parts)):
-                    settle(q, pool, None)
-                    q.items.append(req)
-                    continue
+            if not req.parts and (not pool.failed or q.seen == pool.failed_at):
+                # Pool.place, inline for plain requests: its whole fit first (the hot path),
+                # then the rest (with roles, Pool.place whole: its ruled-out check first)
                 whole = take_whole(pool, q.plan)
                 if whole is not None:
                     placements[req.session_id] = [whole] * req.size
