@@ -218,7 +218,10 @@ def test_a_failed_command_keeps_its_container_running(c: Client) -> None:
     c.exec(name, ["touch", "/tmp/fail"], kernel="sub1")
     after = running_again(c, name, 1)
     assert kernel(after, "sub1") == sub1 and started_at(sub1) == first
-    died = docker("events", "--since", first, "--until", "0s", "--filter", f"container={sub1}")
+    # "--until 0s" is cut to whole seconds by the CLI: within the second of ``first`` the engine
+    # refuses it as before ``--since``. An absolute time with its fraction is never before it.
+    until = f"{time.time() + 0.01:.6f}"
+    died = docker("events", "--since", first, "--until", until, "--filter", f"container={sub1}")
     assert " die " not in died.stdout, died.stdout
     failure = after.restart_history[0]
     assert (failure.kernel, failure.exit_code, failure.attempt) == ("sub1", 5, 0), failure
