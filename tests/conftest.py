@@ -300,5 +300,13 @@ def server_log_tail(path: Path) -> str:
     with path.open("rb") as f:
         f.seek(max(f.seek(0, os.SEEK_END) - (1 << 20), 0))
         lines = f.read().decode(errors="replace").splitlines()
-    kept = [line for line in lines if any(w in line for w in ("WARNING", "ERROR", "Traceback"))]
+    kept: list[str] = []
+    keeping = False
+    for line in lines:
+        if any(w in line for w in ("WARNING", "ERROR", "Traceback")):
+            keeping = True
+        elif line[:1].isdigit() or line.startswith("INFO:"):  # the next record
+            keeping = False
+        if keeping:  # (with an error's following lines: its task, its traceback)
+            kept.append(line)
     return "\n".join(kept[-SERVER_LOG_LINES:]) or "(no warning or error)"
