@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import ssl
+import types
 import uuid
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from aiodocker.exceptions import DockerError
 from typer.testing import CliRunner
 
+from troupe.agent import docker_backend, engine
 from troupe.agent.daemon import CREDENTIAL_HEADER, AgentConfig, AgentDaemon
 from troupe.agent.docker_backend import DockerAgent
 from troupe.agent.engine import own_place, step, summary
@@ -412,10 +414,50 @@ async def test_a_batch_word_killed_after_it_was_read_is_given(
     async def exec_collect(cid: str, command: list[str], user: str = "work") -> tuple[int, str]:
         return code, "said"
 
+    asked: list[str] = []
+
+    async def end_if_out_of_memory(docker: object, cid: str) -> bool:
+        asked.append(cid)
+        return False
+
     monkeypatch.setattr(agent.kernels, "resolve", resolve)
     monkeypatch.setattr(agent, "exec_collect", exec_collect)
+    monkeypatch.setattr(agent, "_docker", object())
+    monkeypatch.setattr(docker_backend, "end_if_out_of_memory", end_if_out_of_memory)
     if fails:
         with pytest.raises(AgentFailed, match="could not start the batch command: said"):
             await agent.signal_go("c")
     else:
         await agent.signal_go("c")
+    # (a signal may be the host's, for memory, before the word: the container goes then)
+    assert asked == (["c"] if code >= 128 else [])
+
+
+@pytest.mark.parametrize(
+    ("state", "killed"),
+    [
+        ({"Running": True, "OOMKilled": True}, True),
+        ({"Running": True, "OOMKilled": False}, False),
+        ({"Running": False, "OOMKilled": True}, False),
+    ],
+)
+async def test_a_running_kernel_a_process_of_which_went_for_memory_is_ended(
+    state: dict[str, bool], killed: bool
+) -> None:
+    """A running container with a process killed for memory is killed (its death reports the
+    memory, and its restart makes it anew); any other is left alone."""
+    calls: list[str] = []
+
+    class Container:
+        async def show(self) -> dict[str, object]:
+            calls.append("show")
+            return {"State": state}
+
+        async def kill(self, signal: str) -> None:
+            calls.append(signal)
+
+    docker = types.SimpleNamespace(
+        containers=types.SimpleNamespace(container=lambda _: Container())
+    )
+    assert await engine.end_if_out_of_memory(docker, "c") is killed  # type: ignore[arg-type]
+    assert calls == (["show", "SIGKILL"] if killed else ["show"])

@@ -26,7 +26,7 @@ from troupe.agent import gpus as gpu_discovery
 from troupe.agent import logs as klogs
 from troupe.agent import metrics as kmetrics
 from troupe.agent import netns, networks, ready, restart, runtime
-from troupe.agent.engine import list_containers, own_place, step
+from troupe.agent.engine import end_if_out_of_memory, list_containers, own_place, step
 from troupe.agent.events import ExitWatcher
 from troupe.agent.exec import ShellIO
 from troupe.agent.files import discard, kernel_files, peers_started, remove_files
@@ -333,8 +333,11 @@ class DockerAgent(ImageOps):
         cid = await self.kernels.resolve(container_id)  # (404 for anything else)
         code, out = await self.exec_collect(cid, ["/bin/sh", "-c", ": > /run/troupe/go"], "root")
         # (a word killed by a signal, 128+, was read: only once the command ran does the sweep
-        # of a supervised one that failed at once kill it; else the container's end, reported)
-        if code != 0 and code < 128:
+        # of a supervised one that failed at once kill it; else the container's end, reported,
+        # or the host's for memory, maybe before the word: the container's end says so)
+        if code >= 128:
+            await end_if_out_of_memory(self.docker, cid)
+        elif code != 0:
             raise AgentFailed(f"could not start the batch command: {out.strip()}", kernel="main1")
 
     async def remove_kernels(self, session_id: str) -> dict[str, str]:

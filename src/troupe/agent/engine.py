@@ -125,3 +125,22 @@ async def list_containers(
     with step("listing containers"):
         raw = await docker._query_json("containers/json", params=params)
     return list(raw)
+
+
+async def end_if_out_of_memory(
+    docker: aiodocker.Docker, container_id: str, state: dict[str, Any] | None = None
+) -> bool:
+    """Kills a running container a process of which the host killed for memory (``state``:
+    its ``State``, inspected when not given); whether it did. Its death then says so, as a
+    kernel's end for memory does, and its restart makes it anew: a supervised kernel never
+    waits on for a word or a go that the killed process was to give."""
+    if state is None:
+        try:
+            state = (await docker.containers.container(container_id).show()).get("State") or {}
+        except DockerError:
+            return False
+    if not (state.get("OOMKilled") and state.get("Running")):
+        return False
+    with contextlib.suppress(DockerError):
+        await docker.containers.container(container_id).kill(signal="SIGKILL")
+    return True

@@ -25,7 +25,7 @@ from typing import Any
 import aiodocker
 from aiodocker.exceptions import DockerError
 
-from troupe.agent.engine import list_containers, summary
+from troupe.agent.engine import end_if_out_of_memory, list_containers, summary
 from troupe.agent.hold import Holds
 from troupe.agent.kernel import made_by
 from troupe.agent.logs import last_lines
@@ -173,9 +173,7 @@ class ExitWatcher:
             return
         if self._removing(cid) or holds.is_held(cid, name) or attempt < holds.attempt(cid):
             return
-        if state.get("OOMKilled"):
-            with contextlib.suppress(DockerError):
-                await self._docker.containers.container(cid).kill(signal="SIGKILL")
+        if await end_if_out_of_memory(self._docker, cid, state):
             return
         generation = holds.generation(cid)
         lines = await last_lines(self._docker, cid, LAST_LINES)
