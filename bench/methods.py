@@ -34,8 +34,9 @@ from troupe.api.models import parse_size
 IMAGE = "troupe/base:0.1.0"
 SSH_PORT = 2200
 #: What every floor and compose container runs: the sshd a troupe kernel runs, minus troupe.
+#: (A container started again keeps the key it made, as a troupe kernel keeps its host key.)
 SSHD = (
-    "mkdir -p /run/sshd && ssh-keygen -q -t ed25519 -N '' -f /tmp/hk"
+    "mkdir -p /run/sshd && { [ -e /tmp/hk ] || ssh-keygen -q -t ed25519 -N '' -f /tmp/hk; }"
     f" && exec /usr/sbin/sshd -D -e -p {SSH_PORT} -h /tmp/hk"
 )
 #: Subnets of floor/compose networks (the bench's troupe server: ready.py's TROUPE_POOL): apart
@@ -159,10 +160,12 @@ async def timed_floor(
             run.down_s = time.perf_counter() - t1
 
 
-async def floor(dk: aiodocker.Docker, n: int, o: Opts, run: Run, tag: str) -> None:
-    """The floor on one engine: a bridge network with fixed addresses; ready when the host
-    connects to every container's port 2200."""
-    name = f"{PREFIX}f{n}-{tag}"
+def floor_layout(
+    dk: aiodocker.Docker, n: int, o: Opts, name: str
+) -> tuple[dict[str, Any], Callable[[int], Placement], list[str]]:
+    """The floor's cluster on one engine: its bridge network's configuration, where each
+    container goes (fixed addresses; ready when the host connects to its port 2200) and the
+    containers' addresses."""
     subnet, hosts = o.next_subnet()
     ips = hosts[1 : n + 1]
 
@@ -185,7 +188,51 @@ async def floor(dk: aiodocker.Docker, n: int, o: Opts, run: Run, tag: str) -> No
         "Labels": o.labels,
         "IPAM": ipam,
     }
+    return net, place, ips
+
+
+async def floor(dk: aiodocker.Docker, n: int, o: Opts, run: Run, tag: str) -> None:
+    """The floor on one engine (:func:`floor_layout`), timed by :func:`timed_floor`."""
+    name = f"{PREFIX}f{n}-{tag}"
+    net, place, _ = floor_layout(dk, n, o, name)
     await timed_floor(run, n, o, name, lambda: dk.networks.create(net), place)
+
+
+async def floor_restarts(
+    dk: aiodocker.Docker, n: int, o: Opts, tag: str, rounds: int
+) -> list[tuple[float, float, float]]:
+    """The floor of a killed kernel's restart in place: the floor's cluster of ``n`` up, then
+    each round its container ``k1`` killed (SIGKILL through the API), started again as soon as
+    the engine answers for it (done with the death), until its sshd answers again: seconds
+    from the kill to the engine done, to started, to answering. Removed at the end (always)."""
+    name = f"{PREFIX}fr{n}-{tag}"
+    net_config, place, ips = floor_layout(dk, n, o, name)
+    made: dict[int, Any] = {}
+    net = await dk.networks.create(net_config)
+    try:
+
+        async def one(i: int) -> None:
+            _, config, ready = place(i)
+            made[i] = await dk.containers.create(config, name=f"{name}-k{i}")
+            await made[i].start()
+            await ready(time.perf_counter() + o.timeout)
+
+        await asyncio.gather(*(one(i) for i in range(n)))
+        times = []
+        for _ in range(rounds):
+            await asyncio.sleep(o.pause)
+            t0 = time.perf_counter()
+            await made[1].kill(signal="SIGKILL")
+            await made[1].show()  # (the engine answers once it is done with the death)
+            t_done = time.perf_counter()
+            await made[1].start()
+            t_started = time.perf_counter()
+            await wait_ports([ips[1]], SSH_PORT, o.timeout, o.poll)
+            times.append((t_done - t0, t_started - t0, time.perf_counter() - t0))
+        return times
+    finally:
+        await asyncio.gather(*(c.delete(force=True) for c in made.values()), return_exceptions=True)
+        await net.delete()
 
 
 async def wait_banner(host: str, port: int, deadline: float, every: float = 0.01) -> float:

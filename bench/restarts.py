@@ -3,7 +3,7 @@ fresh start of the same session.
 
 Usage:
     .venv/bin/python bench/restarts.py [--sizes 2,4,8] [--rounds 3] [--cpu 0.25] [--mem 64m]
-                                       [--failures crash,kill]
+                                       [--failures crash,kill] [--floor]
 
 A real ``troupe server`` (its local agent on this machine's engine) runs N-kernel interactive
 sessions of ``troupe/base``. For each N, rounds interleave:
@@ -30,6 +30,13 @@ its start), ``ready`` (the last kernel's "troupe: ready") and ``running``.
 restart/fresh per kind of failure (target: <= 0.7) and writes every round to
 bench/results/restarts.json; passes or fails nothing (machines differ, and a shared machine's
 load moves both). Sessions are named ``tbench-*`` and removed on failure or Ctrl-C.
+
+``--floor`` measures the engine alone instead, with the same limits: per N, bench/ready.py's
+floor (a bridge network, N containers of the image's sshd created and started at once, until
+every sshd answers) against a restart of one of its containers killed through the API, started
+again as soon as the engine answers for it, until its sshd answers again (and when the engine
+was done with the death, and when the start returned). Written to
+bench/results/restarts-floor.json. What a restart in place of a killed kernel can come to.
 """
 
 from __future__ import annotations
@@ -44,12 +51,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiodocker
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     PREFIX,
     ROOT,
+    RUN_LABEL,
     TroupeServer,
     created,
     destroy_all,
@@ -58,9 +67,12 @@ from common import (
     session_until,
     start_server,
     stop_server,
+    sweep,
 )
+from methods import Opts, Run, floor, floor_restarts
 
 RESULTS = ROOT / "bench" / "results" / "restarts.json"
+FLOOR_RESULTS = ROOT / "bench" / "results" / "restarts-floor.json"
 IMAGE = "troupe/base:0.1.0"
 POOL = "10.188.0.0/16"
 
@@ -212,6 +224,45 @@ async def amain(o: argparse.Namespace) -> list[dict[str, Any]]:
         stop_server(server)
 
 
+async def floors(o: argparse.Namespace) -> list[dict[str, Any]]:
+    """The engine's own figures (``--floor``): per N, interleaved rounds of the floor's fresh
+    start (bench/ready.py's: a bridge network, N containers of the image's sshd with the same
+    limits, created and started at once, until every sshd answers) and the floor's restart of
+    a killed container (:func:`methods.floor_restarts`)."""
+    opts = Opts(f"restarts-{int(time.time())}", o.cpu, o.mem, 0.01, o.timeout, "1s", 1.0, ROOT)
+    rows = []
+    async with aiodocker.Docker() as dk:
+        try:
+            for n in o.sizes:
+                ups, kills = [], []
+                for i in range(o.rounds):
+                    run = Run("floor", n, i)
+                    await floor(dk, n, opts, run, f"r{i}")
+                    ups.append(run.up_s or float("nan"))
+                    kills += await floor_restarts(dk, n, opts, f"r{i}", 1)
+                    done, started, up = kills[-1]
+                    print(
+                        f"  N={n} round {i + 1}: floor fresh {ups[-1]:.2f} s, kill: the engine"
+                        f" done {done:.2f} s, started {started:.2f} s, answering {up:.2f} s"
+                    )
+                f, r = statistics.median(ups), statistics.median(k[2] for k in kills)
+                rows.append({"n": n, "fresh_s": ups, "kill_s": kills, "ratio": round(r / f, 3)})
+        finally:
+            sweep(f"{RUN_LABEL}={opts.run_id}")
+    return rows
+
+
+def floor_main(o: argparse.Namespace) -> None:
+    rows = asyncio.run(floors(o))
+    print(f"\n{'N':>3} {'floor fresh':>12} {'floor kill restart':>19} {'ratio':>6}")
+    for row in rows:
+        f, r = statistics.median(row["fresh_s"]), statistics.median(k[2] for k in row["kill_s"])
+        print(f"{row['n']:>3} {f:>11.2f}s {r:>18.2f}s {row['ratio']:>6.2f}")
+    FLOOR_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    FLOOR_RESULTS.write_text(json.dumps({"rounds": o.rounds, "sizes": rows}, indent=2) + "\n")
+    print(f"written: {FLOOR_RESULTS.relative_to(ROOT)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="2,4,8", type=lambda s: [int(x) for x in s.split(",")])
@@ -222,7 +273,13 @@ def main() -> None:
     ap.add_argument(
         "--failures", default="crash,kill", type=lambda s: [x for x in s.split(",") if x]
     )
+    ap.add_argument(
+        "--floor", action="store_true", help="the engine's own figures instead (no troupe)"
+    )
     o = ap.parse_args()
+    if o.floor:
+        floor_main(o)
+        return
     if not o.failures or set(o.failures) - {"crash", "kill"}:
         ap.error("--failures: a comma-separated list of crash, kill")
     o.steps = {f: [] for f in o.failures}
