@@ -217,7 +217,10 @@ async def floor_restarts(
             await made[i].start()
             await ready(time.perf_counter() + o.timeout)
 
-        await asyncio.gather(*(one(i) for i in range(n)))
+        got = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
+        errors = [g for g in got if isinstance(g, BaseException)]
+        if errors:
+            raise errors[0]
         times = []
         for _ in range(rounds):
             await asyncio.sleep(o.pause)
@@ -232,7 +235,8 @@ async def floor_restarts(
         return times
     finally:
         await asyncio.gather(*(c.delete(force=True) for c in made.values()), return_exceptions=True)
-        await net.delete()
+        with contextlib.suppress(aiodocker.DockerError):  # (the run's sweep removes it then)
+            await net.delete()
 
 
 async def wait_banner(host: str, port: int, deadline: float, every: float = 0.01) -> float:

@@ -278,6 +278,8 @@ def main() -> None:
     )
     o = ap.parse_args()
     if o.floor:
+        if min(o.sizes) < 2:
+            ap.error("--floor: sizes of 2 and more (a kernel is killed beside the others)")
         floor_main(o)
         return
     if not o.failures or set(o.failures) - {"crash", "kill"}:
