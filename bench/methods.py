@@ -119,10 +119,11 @@ async def timed_floor(
     name: str,
     make_net: Callable[[], Awaitable[Any]],
     place: Callable[[int], Placement],
+    then: Callable[[dict[int, Any]], Awaitable[None]] | None = None,
 ) -> None:
     """What both floors time: the network, then n containers created and started at once, each
-    until its sshd answers; then their removal (always)."""
-    made: list[Any] = []
+    until its sshd answers; ``then`` on them (by index), untimed; then their removal (always)."""
+    made: dict[int, Any] = {}
     net = None
     t0, cpu0 = time.perf_counter(), busy_seconds()
     try:
@@ -132,8 +133,7 @@ async def timed_floor(
 
         async def one(i: int) -> tuple[float, float, float]:
             dk, config, ready = place(i)
-            c = await dk.containers.create(config, name=f"{name}-k{i}")
-            made.append(c)
+            c = made[i] = await dk.containers.create(config, name=f"{name}-k{i}")
             created = time.perf_counter()
             await c.start()
             return created, time.perf_counter(), await ready(deadline)
@@ -151,9 +151,11 @@ async def timed_floor(
             "started": max(t[1] for t in times) - t0,
             "ready": run.up_s,
         }
+        if then is not None:
+            await then(made)
     finally:
         t1 = time.perf_counter()
-        await asyncio.gather(*(c.delete(force=True) for c in made), return_exceptions=True)
+        await asyncio.gather(*(c.delete(force=True) for c in made.values()), return_exceptions=True)
         if net is not None:
             await net.delete()
         if run.up_s is not None:
@@ -191,52 +193,36 @@ def floor_layout(
     return net, place, ips
 
 
-async def floor(dk: aiodocker.Docker, n: int, o: Opts, run: Run, tag: str) -> None:
-    """The floor on one engine (:func:`floor_layout`), timed by :func:`timed_floor`."""
+async def floor(
+    dk: aiodocker.Docker,
+    n: int,
+    o: Opts,
+    run: Run,
+    tag: str,
+    then: Callable[[dict[int, Any], list[str]], Awaitable[None]] | None = None,
+) -> None:
+    """The floor on one engine (:func:`floor_layout`), timed by :func:`timed_floor`; ``then``
+    on its containers and their addresses before their removal."""
     name = f"{PREFIX}f{n}-{tag}"
-    net, place, _ = floor_layout(dk, n, o, name)
-    await timed_floor(run, n, o, name, lambda: dk.networks.create(net), place)
+    net, place, ips = floor_layout(dk, n, o, name)
+    after = None if then is None else lambda made: then(made, ips)
+    await timed_floor(run, n, o, name, lambda: dk.networks.create(net), place, after)
 
 
-async def floor_restarts(
-    dk: aiodocker.Docker, n: int, o: Opts, tag: str, rounds: int
-) -> list[tuple[float, float, float]]:
-    """The floor of a killed kernel's restart in place: the floor's cluster of ``n`` up, then
-    each round its container ``k1`` killed (SIGKILL through the API), started again as soon as
-    the engine answers for it (done with the death), until its sshd answers again: seconds
-    from the kill to the engine done, to started, to answering. Removed at the end (always)."""
-    name = f"{PREFIX}fr{n}-{tag}"
-    net_config, place, ips = floor_layout(dk, n, o, name)
-    made: dict[int, Any] = {}
-    net = await dk.networks.create(net_config)
-    try:
-
-        async def one(i: int) -> None:
-            _, config, ready = place(i)
-            made[i] = await dk.containers.create(config, name=f"{name}-k{i}")
-            await made[i].start()
-            await ready(time.perf_counter() + o.timeout)
-
-        got = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
-        errors = [g for g in got if isinstance(g, BaseException)]
-        if errors:
-            raise errors[0]
-        times = []
-        for _ in range(rounds):
-            await asyncio.sleep(o.pause)
-            t0 = time.perf_counter()
-            await made[1].kill(signal="SIGKILL")
-            await made[1].show()  # (the engine answers once it is done with the death)
-            t_done = time.perf_counter()
-            await made[1].start()
-            t_started = time.perf_counter()
-            await wait_ports([ips[1]], SSH_PORT, o.timeout, o.poll)
-            times.append((t_done - t0, t_started - t0, time.perf_counter() - t0))
-        return times
-    finally:
-        await asyncio.gather(*(c.delete(force=True) for c in made.values()), return_exceptions=True)
-        with contextlib.suppress(aiodocker.DockerError):  # (the run's sweep removes it then)
-            await net.delete()
+async def floor_restart(container: Any, ip: str, o: Opts) -> tuple[float, float, float]:
+    """The floor of a killed kernel's restart in place: a floor's running ``container`` (at
+    ``ip``) killed (SIGKILL through the API), started again as soon as the engine answers for
+    it (done with the death), until its sshd answers again: seconds from the kill to the engine
+    done, to started, to answering."""
+    await asyncio.sleep(o.pause)
+    t0 = time.perf_counter()
+    await container.kill(signal="SIGKILL")
+    await container.show()  # (the engine answers once it is done with the death)
+    t_done = time.perf_counter()
+    await container.start()
+    t_started = time.perf_counter()
+    await wait_ports([ip], SSH_PORT, o.timeout, o.poll)
+    return t_done - t0, t_started - t0, time.perf_counter() - t0
 
 
 async def wait_banner(host: str, port: int, deadline: float, every: float = 0.01) -> float:
