@@ -7,7 +7,7 @@ from tests.unit.test_scheduler import G, agent, req
 
 from troupe.manager.roles import request_of
 from troupe.manager.scheduler import Part, Request
-from troupe.manager.scheduler_backlog import schedule
+from troupe.manager.scheduler_backlog import Backlog, schedule
 
 LOST = "agent {}: LOST (no heartbeat); waiting for it to come back"
 
@@ -48,3 +48,19 @@ def test_with_roles_every_roles_kernels_decide_whether_a_lost_agent_is_named() -
     assert schedule([roles("single-node", 1, 3)], [], lost).waiting == none
     # multi-node: main (8 cores) fits nowhere here, but a worker fits on the LOST agent
     assert schedule([roles("multi-node", 8, 1)], [], lost).waiting == {"s": [LOST.format("h")]}
+
+
+def test_a_backlogs_why_names_the_lost_agents_of_the_sessions_group_only() -> None:
+    """``Backlog.why`` (the manager's reports) says what a pass's report says, LOST agents
+    included, and only those of the session's group."""
+    alive = [agent("a"), agent("x", group="other")]
+    lost = [agent("b", cpu=8), agent("y", cpu=8, group="other")]
+    pending = [req("s", 1, cpu=6), req("t", 1, cpu=6, group="other")]
+    backlog = Backlog(alive, lost)
+    backlog.add_all(pending)
+    backlog.run(report=False)
+    reported = schedule(pending, alive, lost).waiting
+    assert backlog.why("s") == reported["s"]
+    assert backlog.why("s")[-1] == LOST.format("b")
+    assert backlog.why("t") == reported["t"]
+    assert LOST.format("b") not in backlog.why("t")

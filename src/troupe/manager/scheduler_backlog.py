@@ -298,11 +298,11 @@ class Backlog:
         return placed
 
     def why(self, session_id: str) -> list[str]:
-        """Why a waiting session waits, on the agents as they are now."""
+        """Why a waiting session waits, on the agents as they are now (its queue's report:
+        made once, not copied to each session of the queue)."""
         q = self.queues[self.queue_of[session_id]]
-        decision = Decision()
-        self._report([q], decision)
-        return decision.waiting[session_id]
+        lost = [a for a in self.lost if a.group == q.group]
+        return self._lines(q.items[0], lost)
 
     def _kill(self, q: Queue) -> None:
         """``q`` failed in a way only more room can cure: later passes skip it until a grown
@@ -382,17 +382,18 @@ class Backlog:
         for a in self.lost:
             lost_by_group.setdefault(a.group, []).append(a)
         for q in looked:
-            if not q.items:
-                continue
-            req = q.items[0]
-            pool = self.pools.get(q.group)
-            lost = lost_by_group.get(q.group, ())
-            if pool is None or not pool.base:
-                lines = waiting_for_lost(req, lost) or [f"no agent in resource group {req.group!r}"]
-            else:
-                lines = pool.report(req) + (waiting_for_lost(req, lost) if lost else [])
-            for r in q.items:  # a plain loop: a third of dict.fromkeys and update's time
-                waiting[r.session_id] = lines
+            if q.items:
+                lines = self._lines(q.items[0], lost_by_group.get(q.group, ()))
+                for r in q.items:  # a plain loop: a third of dict.fromkeys and update's time
+                    waiting[r.session_id] = lines
+
+    def _lines(self, req: Request, lost: Sequence[AgentState]) -> list[str]:
+        """The report of ``req``'s queue (``req``: its first session; ``lost``: the LOST
+        agents of its group)."""
+        pool = self.pools.get(req.group)
+        if pool is None or not pool.base:
+            return waiting_for_lost(req, lost) or [f"no agent in resource group {req.group!r}"]
+        return pool.report(req) + (waiting_for_lost(req, lost) if lost else [])
 
 
 _order = attrgetter("order")
