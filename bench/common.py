@@ -12,6 +12,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -173,6 +174,8 @@ class TroupeServer:
     tmp: Path
     proc: subprocess.Popen[bytes]
     sessions: set[str] = field(default_factory=set)
+    #: whether ``tmp`` is a folder start_server made (stop_server removes it)
+    own_tmp: bool = False
 
     @property
     def log_path(self) -> Path:
@@ -191,6 +194,7 @@ def start_server(
 ) -> TroupeServer:
     """Starts ``troupe server`` like the tests do (tests/conftest.py): free port, own dirs
     (in ``tmp``, e.g. to start again on the same data; default: a new temporary one)."""
+    own_tmp = tmp is None
     tmp = tmp or Path(tempfile.mkdtemp(prefix=PREFIX))
     port = free_port(host)
     cfg = tmp / "config"
@@ -216,7 +220,7 @@ def start_server(
         stop_process(proc)
         raise RuntimeError(f"troupe server did not answer:\n{(tmp / 'server.log').read_text()}")
     key = json.loads((cfg / "credentials.json").read_text())["api_key"]
-    return TroupeServer(url, key, tmp, proc)
+    return TroupeServer(url, key, tmp, proc, own_tmp=own_tmp)
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
@@ -274,11 +278,14 @@ async def destroy_all(server: TroupeServer) -> None:
                     await session_until(api, sid, "final", limit=120)
 
 
-def stop_server(server: TroupeServer) -> None:
-    """Stops the server, then removes whatever containers/networks its sessions left."""
+def stop_server(server: TroupeServer, keep: bool = False) -> None:
+    """Stops the server, then removes whatever containers/networks its sessions left, and
+    the folder start_server made for it (its data and log) unless ``keep``."""
     stop_process(server.proc)
     for sid in server.sessions:
         sweep(f"troupe.session={sid}")
+    if server.own_tmp and not keep:
+        shutil.rmtree(server.tmp, ignore_errors=True)
 
 
 # --- report -------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ import cProfile
 import json
 import pstats
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -164,7 +165,15 @@ async def timed(run: Callable[[], Awaitable[Any]]) -> tuple[float, float, Any]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    """The rounds, on a database in a new folder (removed at the end)."""
     tmp = Path(tempfile.mkdtemp(prefix="tbench-placing-"))
+    try:
+        return await rounds(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def rounds(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     cfg = ServerConfig(data_dir=tmp / "data", config_dir=tmp / "config")
     cfg.data_dir.mkdir(parents=True)
     engine = make_engine(cfg.database_url)
@@ -174,7 +183,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     life = Life(cfg, store, fleet, LogStore(cfg.logs_dir))
     t = time.perf_counter()
     running = await build(life, args.sessions, args.agents)
-    print(f"world stored in {time.perf_counter() - t:.1f} s ({tmp})")
+    print(f"world stored in {time.perf_counter() - t:.1f} s")
     old = old_placing(args.compare) if args.compare else None
     placer = placing.Placer(life)
     placer.listen()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -119,6 +120,7 @@ async def main() -> None:
             await common.destroy_all(server)
             common.stop_server(server)
         reg.close()
+        shutil.rmtree(tmp, ignore_errors=True)  # the registry's data and the server's
 
 
 if __name__ == "__main__":

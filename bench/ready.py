@@ -191,15 +191,13 @@ async def multihost(
         for p in agents:
             stop_process(p)
         if server is not None:
-            stop_server(server)
+            stop_server(server, keep)
             if was_up:  # someone else's bed stays: remove only what this run left there
                 for i in range(1, hosts + 1):
                     node = f"unix:///run/troupe-tb/tt{i}/docker.sock"
                     sweep(f"{RUN_LABEL}={o.run_id}", node)
                     for sid in server.sessions:
                         sweep(f"troupe.session={sid}", node)
-            if not keep:
-                shutil.rmtree(server.tmp, ignore_errors=True)
         if not was_up:
             tb("down", TB_FAST="1")
 
@@ -305,9 +303,7 @@ async def amain(args: argparse.Namespace, o: Opts) -> dict[str, Any]:
         if args.scale and not args.no_multihost:
             if server is not None:
                 await destroy_all(server)
-                stop_server(server)
-                if not args.keep:
-                    shutil.rmtree(server.tmp, ignore_errors=True)
+                stop_server(server, args.keep)
                 server = None
             console.print(f"[bold]multi-node: {args.mh_kernels} kernels over {args.hosts} hosts")
             try:
@@ -323,9 +319,7 @@ async def amain(args: argparse.Namespace, o: Opts) -> dict[str, Any]:
         if server is not None:
             with contextlib.suppress(Exception):
                 await destroy_all(server)
-            stop_server(server)
-            if not args.keep:
-                shutil.rmtree(server.tmp, ignore_errors=True)
+            stop_server(server, args.keep)
     return result
 
 

@@ -31,7 +31,6 @@ import json
 import math
 import os
 import secrets
-import shutil
 import signal
 import statistics
 import subprocess
@@ -256,7 +255,6 @@ async def amain(o: argparse.Namespace) -> list[dict[str, Any]]:
             for j in range(1, HOSTS + 1):
                 for sid in server.sessions:
                     sweep(f"troupe.session={sid}", f"unix:///run/troupe-tb/tt{j}/docker.sock")
-            shutil.rmtree(server.tmp, ignore_errors=True)
         if not was_up:
             tb("down", TB_FAST="1")
 

@@ -133,16 +133,22 @@ async def recovery(
             t0, killed = time.perf_counter(), datetime.now(UTC)
             r = await engine.post(f"/containers/{cid}/kill", params={"signal": "KILL"})
         r.raise_for_status()
-    deadline = t0 + o.timeout
+    # Long-polled, as a fresh start's RUNNING is (session_until): a client asking every few
+    # milliseconds would take the cores the engine's start needs. Each answer is a change of
+    # status; the first is from RUNNING, where the session was when its kernel failed.
+    deadline, seen = t0 + o.timeout, "RUNNING"
     while time.perf_counter() < deadline:
-        info = (await api.get(f"/sessions/{sid}")).json()
+        params = {"until": "change", "since": seen, "timeout": 30}
+        r = await api.get(f"/sessions/{sid}/wait", params=params)
+        r.raise_for_status()
+        info = r.json()
         if info["status"] == "RUNNING" and info["restarts"] == count:
             took = time.perf_counter() - t0
             o.steps[failure].append(await steps(api, sid, info, killed, cid))
             return took
         if info["status"] in ("TERMINATED", "ERROR", "CANCELLED"):
             raise RuntimeError(f"restart: {info['status']} {info['status_info']}")
-        await asyncio.sleep(0.01)
+        seen = info["status"]
     raise TimeoutError(f"session {sid} not RUNNING again")
 
 
