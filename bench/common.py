@@ -280,11 +280,16 @@ async def destroy_all(server: TroupeServer) -> None:
 
 def stop_server(server: TroupeServer, keep: bool = False) -> None:
     """Stops the server, then removes whatever containers/networks its sessions left, and
-    the folder start_server made for it (its data and log) unless ``keep``."""
+    the folder start_server made for it (its data and log) unless ``keep`` or the
+    environment's ``TBENCH_KEEP=1`` (any bench: to read the server's log afterwards)."""
     stop_process(server.proc)
     for sid in server.sessions:
         sweep(f"troupe.session={sid}")
-    if server.own_tmp and not keep:
+    if not server.own_tmp:
+        return
+    if keep or os.environ.get("TBENCH_KEEP") == "1":
+        print(f"server folder kept: {server.tmp}", file=sys.stderr)
+    else:
         shutil.rmtree(server.tmp, ignore_errors=True)
 
 

@@ -237,7 +237,7 @@ async def wait_agents(server: TroupeServer, names: set[str], limit: float = 60) 
             if names <= alive:
                 return
             await asyncio.sleep(0.2)
-    raise RuntimeError(f"agents {sorted(names)} not ALIVE; logs in {server.tmp}")
+    raise RuntimeError(f"agents {sorted(names)} not ALIVE; logs in {server.tmp} (with --keep)")
 
 
 # --- main ---------------------------------------------------------------------------------

@@ -135,13 +135,17 @@ async def recovery(
         r.raise_for_status()
     # Long-polled, as a fresh start's RUNNING is (session_until): a client asking every few
     # milliseconds would take the cores the engine's start needs. Each answer is a change of
-    # status; the first is from RUNNING, where the session was when its kernel failed.
+    # status (or the poll's time-out); the first is from RUNNING, where the session was when
+    # its kernel failed.
     deadline, seen = t0 + o.timeout, "RUNNING"
-    while time.perf_counter() < deadline:
-        params = {"until": "change", "since": seen, "timeout": 30}
+    while (left := deadline - time.perf_counter()) > 0:
+        params = {"until": "change", "since": seen, "timeout": min(30.0, left)}
         r = await api.get(f"/sessions/{sid}/wait", params=params)
         r.raise_for_status()
         info = r.json()
+        if info["status"] == seen == "RUNNING" and info["restarts"] == count:
+            # timed out on a status that had changed and come back before the wait began
+            raise RuntimeError(f"restart of {sid} was over before its wait began: not timed")
         if info["status"] == "RUNNING" and info["restarts"] == count:
             took = time.perf_counter() - t0
             o.steps[failure].append(await steps(api, sid, info, killed, cid))

@@ -52,7 +52,7 @@ def test_with_roles_every_roles_kernels_decide_whether_a_lost_agent_is_named() -
 
 def test_a_backlogs_why_names_the_lost_agents_of_the_sessions_group_only() -> None:
     """``Backlog.why`` (the manager's reports) says what a pass's report says, LOST agents
-    included, and only those of the session's group."""
+    included (those of another group are not named: ``waiting_for_lost``'s rule)."""
     alive = [agent("a"), agent("x", group="other")]
     lost = [agent("b", cpu=8), agent("y", cpu=8, group="other")]
     pending = [req("s", 1, cpu=6), req("t", 1, cpu=6, group="other")]
