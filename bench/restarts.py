@@ -143,10 +143,9 @@ async def recovery(
         r = await api.get(f"/sessions/{sid}/wait", params=params)
         r.raise_for_status()
         info = r.json()
-        if info["status"] == seen == "RUNNING" and info["restarts"] == count:
-            # timed out on a status that had changed and come back before the wait began
-            raise RuntimeError(f"restart of {sid} was over before its wait began: not timed")
         if info["status"] == "RUNNING" and info["restarts"] == count:
+            if seen == "RUNNING":  # timed out: it changed and came back before the wait began
+                raise RuntimeError(f"restart of {sid} was over before its wait began: not timed")
             took = time.perf_counter() - t0
             o.steps[failure].append(await steps(api, sid, info, killed, cid))
             return took
