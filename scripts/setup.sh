@@ -42,9 +42,15 @@ fi
 # --- 2. docker engine ---------------------------------------------------------
 if ! "$DOCKER" info >/dev/null 2>&1; then
   step "starting dockerd (log: /var/log/troupe-dockerd.log)"
-  # The host may come with a stale pidfile from a run that was killed.
-  if [ -f /var/run/docker.pid ] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
-    rm -f /var/run/docker.pid
+  # The host may come with a stale pidfile from a run that was killed: its pid gone, not yet
+  # reaped (a zombie answers kill -0) or taken by another program. A live dockerd that does
+  # not answer keeps it: the wait below says so.
+  if [ -f /var/run/docker.pid ]; then
+    case "$(ps -o stat=,comm= -p "$(cat /var/run/docker.pid)" 2>/dev/null)" in
+      Z*|"") rm -f /var/run/docker.pid ;;
+      *dockerd) ;;
+      *) rm -f /var/run/docker.pid ;;
+    esac
   fi
   setsid /usr/sbin/dockerd >>/var/log/troupe-dockerd.log 2>&1 </dev/null &
   for _ in $(seq 1 600); do
