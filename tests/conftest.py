@@ -293,6 +293,42 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     for name, value in funcargs.items():
         if isinstance(value, Server) and value.log_path.exists():
             report.sections.append((f"server log of {name!r}", server_log_tail(value.log_path)))
+            report.sections.append((f"latest sessions of {name!r}", latest_sessions(value)))
+
+
+#: At most this many of a server's sessions (the newest) go with a failed test's report.
+REPORTED_SESSIONS = 3
+
+
+def latest_sessions(server: Server) -> str:
+    """The newest sessions of a server as its database has them: status, reason, kernels and
+    events. Whether a page that showed an old state was stale or the manager was behind."""
+    import sqlite3
+
+    db = server.data_dir / "troupe.db"
+    if not db.exists():
+        return "(no database)"
+    out: list[str] = []
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as c:
+        rows = c.execute(
+            "SELECT id, name, status, status_info FROM sessions ORDER BY created_at DESC LIMIT ?",
+            (REPORTED_SESSIONS,),
+        ).fetchall()
+        for sid, name, status, info in rows:
+            out.append(f"{name} {sid} {status} {info}")
+            for k in c.execute(
+                "SELECT hostname, status, agent_id, ip FROM kernels WHERE session_id = ?"
+                " ORDER BY idx",
+                (sid,),
+            ):
+                out.append("  kernel " + " ".join(str(x) for x in k))
+            for e in c.execute(
+                "SELECT at, status, kernel, message, actor FROM session_events"
+                " WHERE session_id = ? ORDER BY id",
+                (sid,),
+            ):
+                out.append("  event " + " | ".join(str(x) for x in e if x is not None))
+    return "\n".join(out) or "(no session)"
 
 
 def server_log_tail(path: Path) -> str:

@@ -7,12 +7,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    Page,
+    Playwright,
+    Response,
+    sync_playwright,
+)
 
 from tests.conftest import Server
 
@@ -41,6 +49,8 @@ AXE_OPTIONS = {
     "rules": {"label-content-name-mismatch": {"enabled": True}},
 }
 ARTIFACTS = Path(os.environ.get("TROUPE_ARTIFACTS", Path(__file__).parent / "artifacts"))
+#: At most this many of a page's console lines, errors and failed requests are kept.
+BROWSER_LOG_LINES = 60
 
 
 # Module scope, not session: while Playwright's sync API runs, the main thread has a running
@@ -92,14 +102,25 @@ class Web:
         self.context.set_default_timeout(20_000)
         self.foreign: list[str] = []
         self.context.on("request", lambda r: self._check(r.url))
+        #: what the page said and what failed (for a failed test's report): console lines,
+        #: script errors, failed requests and the live streams' answers
+        self.log: deque[str] = deque(maxlen=BROWSER_LOG_LINES)
+        self.context.on("requestfailed", lambda r: self.log.append(f"failed {r.url}: {r.failure}"))
+        self.context.on("response", self._response)
         self.page: Page = self.context.new_page()
         self.page.on("websocket", lambda ws: self._check(ws.url))
+        self.page.on("console", lambda m: self.log.append(f"console {m.type}: {m.text}"))
+        self.page.on("pageerror", lambda e: self.log.append(f"page error: {e}"))
 
     def _check(self, url: str) -> None:
         host = self.server.url.split("://", 1)[1]
         same = url.startswith((f"http://{host}/", f"ws://{host}/"))
         if not same and not url.startswith(("data:", "blob:", "about:")):
             self.foreign.append(url)
+
+    def _response(self, r: Response) -> None:
+        if "/ui/events" in r.url or r.status >= 400:
+            self.log.append(f"{r.status} {r.request.method} {r.url}")
 
     def go(self, path: str) -> Page:
         self.page.goto(self.server.url + path)
@@ -114,6 +135,14 @@ class Web:
     def shot(self, name: str, full_page: bool = False) -> None:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
+
+    def report(self) -> str:
+        """The page's address and text, and its log: what a failed test saw."""
+        try:
+            text = self.page.evaluate("() => document.body.innerText")
+        except Exception as e:  # (a page that is gone or navigating)
+            text = f"(no text: {e})"
+        return "\n".join([f"at {self.page.url}", str(text)[:3000], "-- log:", *self.log])
 
     def close(self) -> None:
         self.context.close()
@@ -146,3 +175,15 @@ class Web:
         (ARTIFACTS / f"axe-{where}.txt").write_text("".join(f"{x}\n" for x, _ in lines))
         bad = [x for x, fails in lines if fails]
         assert not bad, f"axe-core on {where} ({self.page.url}):\n" + "\n".join(bad)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed browser test's report gets each of its pages' text and log (``Web.report``)."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "call" or not report.failed:
+        return
+    for name, value in getattr(item, "funcargs", {}).items():
+        if isinstance(value, Web):
+            report.sections.append((f"page of {name!r}", value.report()))
