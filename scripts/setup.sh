@@ -45,12 +45,13 @@ if ! "$DOCKER" info >/dev/null 2>&1; then
   # The host may come with a stale pidfile from a run that was killed: its pid gone, not yet
   # reaped (a zombie answers kill -0) or taken by another program. A live dockerd that does
   # not answer keeps it: the wait below says so.
+  # (/proc, not ps: a minimal Debian has no procps)
   if [ -f /var/run/docker.pid ]; then
-    case "$(ps -o stat=,comm= -p "$(cat /var/run/docker.pid)" 2>/dev/null)" in
-      Z*|"") rm -f /var/run/docker.pid ;;
-      *dockerd) ;;
-      *) rm -f /var/run/docker.pid ;;
-    esac
+    pid=$(cat /var/run/docker.pid)
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+    if [ -z "$state" ] || [ "$state" = Z ] || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != dockerd ]; then
+      rm -f /var/run/docker.pid
+    fi
   fi
   setsid /usr/sbin/dockerd >>/var/log/troupe-dockerd.log 2>&1 </dev/null &
   for _ in $(seq 1 600); do

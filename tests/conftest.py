@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -189,14 +190,20 @@ def remove_leftovers(session_ids: set[str]) -> None:
             docker("network", "rm", *nets.split(), check=False)
 
 
-def session_ids(server: Server) -> set[str]:
-    import sqlite3
-
+@contextlib.contextmanager
+def server_db(server: Server) -> Iterator[sqlite3.Connection | None]:
+    """The server's SQLite database, opened read-only; None where it has none (yet)."""
     db = server.data_dir / "troupe.db"
     if not db.exists():
-        return set()
-    with contextlib.closing(sqlite3.connect(db)) as conn:
-        return {row[0] for row in conn.execute("SELECT id FROM sessions")}
+        yield None
+        return
+    with contextlib.closing(sqlite3.connect(db.as_uri() + "?mode=ro", uri=True, timeout=5)) as c:
+        yield c
+
+
+def session_ids(server: Server) -> set[str]:
+    with server_db(server) as c:
+        return set() if c is None else {row[0] for row in c.execute("SELECT id FROM sessions")}
 
 
 def remove_stale_test_sessions() -> None:
@@ -284,7 +291,8 @@ SERVER_LOG_LINES = 40
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A failed test that used a server gets the warnings and errors of that server's log
-    (the last ones) in its report: a failure seen once in CI says what the manager saw."""
+    (the last ones) and its newest sessions (:func:`latest_sessions`) in its report: a
+    failure seen once in CI says what the manager saw."""
     outcome = yield
     report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
     if report.when != "call" or not report.failed:
@@ -296,39 +304,41 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.sections.append((f"latest sessions of {name!r}", latest_sessions(value)))
 
 
-#: At most this many of a server's sessions (the newest) go with a failed test's report.
-REPORTED_SESSIONS = 3
+#: At most this many of a server's sessions (the newest), and of each one's events (the
+#: last), go with a failed test's report.
+REPORTED_SESSIONS, REPORTED_EVENTS = 3, 20
 
 
 def latest_sessions(server: Server) -> str:
     """The newest sessions of a server as its database has them: status, reason, kernels and
-    events. Whether a page that showed an old state was stale or the manager was behind."""
-    import sqlite3
+    last events. Whether a page that showed an old state was stale or the manager was behind.
+    Never raises (a report that fails would hide the failure it reports)."""
+    try:
+        with server_db(server) as c:
+            return "(no database)" if c is None else "\n".join(_sessions_text(c))
+    except Exception as e:
+        return f"(database not read: {e!r})"
 
-    db = server.data_dir / "troupe.db"
-    if not db.exists():
-        return "(no database)"
-    out: list[str] = []
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as c:
-        rows = c.execute(
-            "SELECT id, name, status, status_info FROM sessions ORDER BY created_at DESC LIMIT ?",
-            (REPORTED_SESSIONS,),
+
+def _sessions_text(c: sqlite3.Connection) -> Iterator[str]:
+    rows = c.execute(
+        "SELECT id, name, status, status_info FROM sessions ORDER BY created_at DESC LIMIT ?",
+        (REPORTED_SESSIONS,),
+    ).fetchall()
+    if not rows:
+        yield "(no session)"
+    for sid, name, status, info in rows:
+        yield f"{name} {sid} {status} {info}"
+        kernels = "SELECT hostname, status, agent_id, ip FROM kernels WHERE session_id = ?"
+        for k in c.execute(kernels + " ORDER BY rank", (sid,)):
+            yield "  kernel " + " ".join(str(x) for x in k)
+        events = c.execute(
+            "SELECT at, kind, status, kernel, message, actor FROM session_events"
+            " WHERE session_id = ? ORDER BY id DESC LIMIT ?",
+            (sid, REPORTED_EVENTS),
         ).fetchall()
-        for sid, name, status, info in rows:
-            out.append(f"{name} {sid} {status} {info}")
-            for k in c.execute(
-                "SELECT hostname, status, agent_id, ip FROM kernels WHERE session_id = ?"
-                " ORDER BY idx",
-                (sid,),
-            ):
-                out.append("  kernel " + " ".join(str(x) for x in k))
-            for e in c.execute(
-                "SELECT at, status, kernel, message, actor FROM session_events"
-                " WHERE session_id = ? ORDER BY id",
-                (sid,),
-            ):
-                out.append("  event " + " | ".join(str(x) for x in e if x is not None))
-    return "\n".join(out) or "(no session)"
+        for e in reversed(events):
+            yield "  event " + " | ".join(str(x) for x in e if x is not None)
 
 
 def server_log_tail(path: Path) -> str:

@@ -18,6 +18,7 @@ from playwright.sync_api import (
     BrowserContext,
     Page,
     Playwright,
+    Request,
     Response,
     sync_playwright,
 )
@@ -105,7 +106,7 @@ class Web:
         #: what the page said and what failed (for a failed test's report): console lines,
         #: script errors, failed requests and the live streams' answers
         self.log: deque[str] = deque(maxlen=BROWSER_LOG_LINES)
-        self.context.on("requestfailed", lambda r: self.log.append(f"failed {r.url}: {r.failure}"))
+        self.context.on("requestfailed", self._failed)
         self.context.on("response", self._response)
         self.page: Page = self.context.new_page()
         self.page.on("websocket", lambda ws: self._check(ws.url))
@@ -117,6 +118,11 @@ class Web:
         same = url.startswith((f"http://{host}/", f"ws://{host}/"))
         if not same and not url.startswith(("data:", "blob:", "about:")):
             self.foreign.append(url)
+
+    def _failed(self, r: Request) -> None:
+        if r.failure == "net::ERR_ABORTED" and "/ui/events" in r.url:
+            return  # (a page's live stream, ended by leaving the page)
+        self.log.append(f"failed {r.method} {r.url}: {r.failure}")
 
     def _response(self, r: Response) -> None:
         if "/ui/events" in r.url or r.status >= 400:
@@ -137,12 +143,16 @@ class Web:
         self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
 
     def report(self) -> str:
-        """The page's address and text, and its log: what a failed test saw."""
+        """The page's address and text, and its log: what a failed test saw. Never raises (a
+        report that fails would hide the failure it reports)."""
         try:
             text = self.page.evaluate("() => document.body.innerText")
         except Exception as e:  # (a page that is gone or navigating)
             text = f"(no text: {e})"
-        return "\n".join([f"at {self.page.url}", str(text)[:3000], "-- log:", *self.log])
+        try:
+            return "\n".join([f"at {self.page.url}", str(text)[:3000], "-- log:", *self.log])
+        except Exception as e:
+            return f"(no report: {e!r})"
 
     def close(self) -> None:
         self.context.close()
@@ -178,8 +188,18 @@ class Web:
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Marks where each test begins in its pages' logs (a module's pages serve many tests)."""
+    for value in getattr(item, "funcargs", {}).values():
+        if isinstance(value, Web):
+            value.log.append(f"-- {item.name}")
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """A failed browser test's report gets each of its pages' text and log (``Web.report``)."""
+    """A failed browser test's report gets the text and log (:meth:`Web.report`) of each page
+    it has as a fixture (one a test makes itself is not known here)."""
     outcome = yield
     report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
     if report.when != "call" or not report.failed:
