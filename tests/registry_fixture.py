@@ -3,6 +3,10 @@ registry) on loopback, with TLS (a CA and a certificate made here with ``cryptog
 htpasswd auth (``htpasswd -B`` of apache2-utils). Never the system service: a process of its
 own with its own config, storage and port, stopped and removed by :meth:`LocalRegistry.close`,
 which also removes the engine's ``certs.d`` entry and every image pushed through it.
+
+With a ``rate``, what the registry sends reaches its clients through :class:`Throttle`, at most
+that many bytes a second: a pull then takes a known while on any machine (a test that watches
+its progress sees some).
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ import ipaddress
 import json
 import os
 import shutil
+import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +79,51 @@ def _ca_and_cert(tmp: Path, address: str) -> tuple[Path, Path, Path]:
     return paths
 
 
+class Throttle:
+    """A TCP relay on ``address``:``port`` to ``target``: what the target answers passes at
+    most ``rate`` bytes a second, what clients send passes at once (TLS goes through as is)."""
+
+    def __init__(self, address: str, port: int, target: tuple[str, int], rate: int) -> None:
+        self.target, self.rate = target, rate
+        self.sock = socket.create_server((address, port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self.target)
+        except OSError:  # (the registry not up yet: the client sees the connection end)
+            client.close()
+            return
+        with client, upstream:
+            up = threading.Thread(target=self._pump, args=(client, upstream, 0), daemon=True)
+            up.start()
+            self._pump(upstream, client, self.rate)
+            up.join()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket, rate: int) -> None:
+        try:
+            while data := src.recv(64 * 1024):
+                dst.sendall(data)
+                if rate:
+                    time.sleep(len(data) / rate)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 @dataclass
 class LocalRegistry:
     host: str
@@ -81,6 +132,8 @@ class LocalRegistry:
     proc: subprocess.Popen[bytes]
     #: images pushed or pulled by the tests, removed from the engine at the end
     images: set[str] = field(default_factory=set)
+    #: the relay in front of it, with a ``rate``
+    throttle: Throttle | None = None
 
     @property
     def docker_env(self) -> dict[str, str]:
@@ -130,11 +183,14 @@ class LocalRegistry:
             self.proc.kill()
             self.proc.wait()
         shutil.rmtree(CERTS_D / self.host, ignore_errors=True)
+        if self.throttle is not None:
+            self.throttle.close()
 
 
-def start_registry(tmp: Path, address: str = "127.0.0.1") -> LocalRegistry:
-    """The registry on 127.0.0.1 at a free port, logged in (with the docker CLI's own
-    config), answering. The engine's trust in its CA is left to ``registry add --ca-file``
+def start_registry(tmp: Path, address: str = "127.0.0.1", rate: int = 0) -> LocalRegistry:
+    """The registry on ``address`` at a free port, logged in (with the docker CLI's own
+    config), answering; with ``rate``, behind a :class:`Throttle` on that port (the registry
+    itself on another). The engine's trust in its CA is left to ``registry add --ca-file``
     (the agent writes ``certs.d``; the engine takes any registry on loopback as "insecure"
     anyway: it tries TLS without checking the certificate, then plain HTTP)."""
     tmp.mkdir(parents=True, exist_ok=True)
@@ -145,6 +201,7 @@ def start_registry(tmp: Path, address: str = "127.0.0.1") -> LocalRegistry:
     (tmp / "htpasswd").write_text(line + "\n")
     port = free_port()
     host = f"{address}:{port}"
+    listen = f"{address}:{free_port()}" if rate else host
     config = {  # (YAML, written as JSON: its subset)
         "version": 0.1,
         "log": {"level": "warn"},
@@ -152,7 +209,7 @@ def start_registry(tmp: Path, address: str = "127.0.0.1") -> LocalRegistry:
             "filesystem": {"rootdirectory": str(tmp / "storage")},
             "delete": {"enabled": True},
         },
-        "http": {"addr": host, "tls": {"certificate": str(cert), "key": str(key)}},
+        "http": {"addr": listen, "tls": {"certificate": str(cert), "key": str(key)}},
         "auth": {"htpasswd": {"realm": "troupe-test", "path": str(tmp / "htpasswd")}},
     }
     (tmp / "config.yml").write_text(json.dumps(config))
@@ -165,6 +222,9 @@ def start_registry(tmp: Path, address: str = "127.0.0.1") -> LocalRegistry:
     )
     reg = LocalRegistry(host, tmp, ca, proc)
     try:
+        if rate:
+            target = listen.rsplit(":", 1)
+            reg.throttle = Throttle(address, port, (target[0], int(target[1])), rate)
         if not ipaddress.ip_address(address).is_loopback:
             reg.trust()  # (the engine checks the certificate of a registry off loopback)
         deadline = time.monotonic() + 30
