@@ -39,8 +39,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Reporting:
+    """A fixture value that adds sections to the report of a test that failed with it
+    (:func:`pytest_runtest_makereport`): what it saw, for a failure seen once in CI."""
+
+    def failure_sections(self, name: str) -> list[tuple[str, str]]:
+        raise NotImplementedError
+
+
 @dataclass
-class Server:
+class Server(Reporting):
     url: str
     key: str
     data_dir: Path
@@ -59,6 +67,15 @@ class Server:
             "NO_COLOR": "1",
             "COLUMNS": "200",
         }
+
+    def failure_sections(self, name: str) -> list[tuple[str, str]]:
+        """The last warnings and errors of its log and its newest sessions."""
+        if not self.log_path.exists():
+            return []
+        return [
+            (f"server log of {name!r}", server_log_tail(self.log_path)),
+            (f"latest sessions of {name!r}", latest_sessions(self)),
+        ]
 
     def client(self, key: str | None = None):  # type: ignore[no-untyped-def]
         from troupe.client.sdk import Client
@@ -290,18 +307,16 @@ SERVER_LOG_LINES = 40
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """A failed test that used a server gets the warnings and errors of that server's log
-    (the last ones) and its newest sessions (:func:`latest_sessions`) in its report: a
-    failure seen once in CI says what the manager saw."""
+    """A test whose body failed gets in its report what each of its :class:`Reporting`
+    fixtures saw (a server: its log's last warnings and errors, its newest sessions; a
+    browser page: its text and log)."""
     outcome = yield
     report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
     if report.when != "call" or not report.failed:
         return
-    funcargs = getattr(item, "funcargs", {})
-    for name, value in funcargs.items():
-        if isinstance(value, Server) and value.log_path.exists():
-            report.sections.append((f"server log of {name!r}", server_log_tail(value.log_path)))
-            report.sections.append((f"latest sessions of {name!r}", latest_sessions(value)))
+    for name, value in getattr(item, "funcargs", {}).items():
+        if isinstance(value, Reporting):
+            report.sections.extend(value.failure_sections(name))
 
 
 #: At most this many of a server's sessions (the newest), and of each one's events (the

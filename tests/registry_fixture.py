@@ -201,7 +201,7 @@ def start_registry(tmp: Path, address: str = "127.0.0.1", rate: int = 0) -> Loca
     (tmp / "htpasswd").write_text(line + "\n")
     port = free_port()
     host = f"{address}:{port}"
-    listen = f"{address}:{free_port()}" if rate else host
+    listen_port = free_port() if rate else port  # (the throttle listens on ``port``)
     config = {  # (YAML, written as JSON: its subset)
         "version": 0.1,
         "log": {"level": "warn"},
@@ -209,7 +209,10 @@ def start_registry(tmp: Path, address: str = "127.0.0.1", rate: int = 0) -> Loca
             "filesystem": {"rootdirectory": str(tmp / "storage")},
             "delete": {"enabled": True},
         },
-        "http": {"addr": listen, "tls": {"certificate": str(cert), "key": str(key)}},
+        "http": {
+            "addr": f"{address}:{listen_port}",
+            "tls": {"certificate": str(cert), "key": str(key)},
+        },
         "auth": {"htpasswd": {"realm": "troupe-test", "path": str(tmp / "htpasswd")}},
     }
     (tmp / "config.yml").write_text(json.dumps(config))
@@ -223,8 +226,7 @@ def start_registry(tmp: Path, address: str = "127.0.0.1", rate: int = 0) -> Loca
     reg = LocalRegistry(host, tmp, ca, proc)
     try:
         if rate:
-            target = listen.rsplit(":", 1)
-            reg.throttle = Throttle(address, port, (target[0], int(target[1])), rate)
+            reg.throttle = Throttle(address, port, (address, listen_port), rate)
         if not ipaddress.ip_address(address).is_loopback:
             reg.trust()  # (the engine checks the certificate of a registry off loopback)
         deadline = time.monotonic() + 30

@@ -23,7 +23,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from tests.conftest import Server
+from tests.conftest import Reporting, Server
 
 CHROMIUM = os.environ.get("TROUPE_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -92,7 +92,7 @@ def signed_in(browser: Browser, server: Server) -> Iterator[Web]:
         w.close()
 
 
-class Web:
+class Web(Reporting):
     """A browser context on the test server that records requests to other origins."""
 
     def __init__(self, browser: Browser, server: Server, width: int = 1280, height: int = 800):
@@ -141,6 +141,9 @@ class Web:
     def shot(self, name: str, full_page: bool = False) -> None:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
+
+    def failure_sections(self, name: str) -> list[tuple[str, str]]:
+        return [(f"page of {name!r}", self.report())]
 
     def report(self) -> str:
         """The page's address and text, and its log: what a failed test saw. Never raises (a
@@ -194,16 +197,3 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         if isinstance(value, Web):
             value.log.append(f"-- {item.name}")
     yield
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """A failed browser test's report gets the text and log (:meth:`Web.report`) of each page
-    it has as a fixture (one a test makes itself is not known here)."""
-    outcome = yield
-    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
-    if report.when != "call" or not report.failed:
-        return
-    for name, value in getattr(item, "funcargs", {}).items():
-        if isinstance(value, Web):
-            report.sections.append((f"page of {name!r}", value.report()))

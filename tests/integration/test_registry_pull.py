@@ -100,9 +100,10 @@ def test_session_of_a_registry_image_starts_after_a_pull(
     assert PASSWORD not in server.log_path.read_text()
 
     try:
-        _starts_after_a_pull(server, registry, image)
-    finally:  # (the server is the whole run's: a session left running would hold its room)
+        _starts_after_a_pull(server, registry, image)  # (it ends by destroying the session)
+    except BaseException:  # (the server is the whole run's: a session left would hold room)
         server.cli("session", "destroy", "reg1")
+        raise
 
 
 def _starts_after_a_pull(server: Server, registry: LocalRegistry, image: str) -> None:
@@ -135,6 +136,7 @@ def _starts_after_a_pull(server: Server, registry: LocalRegistry, image: str) ->
     assert r.stdout.strip() == str(LAYER), r.stderr
     listed_images = json.loads(server.cli("image", "list", "--json").stdout)
     assert [i["agents"] for i in listed_images if i["name"] == image] == [["local"]]
+    assert server.cli("session", "destroy", "reg1").returncode == 0
 
 
 def test_two_sessions_of_a_missing_image_pull_it_once(
