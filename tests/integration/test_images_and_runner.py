@@ -91,12 +91,18 @@ def test_entrypoint_runs_command_as_work_with_exit_code(docker_engine: None) -> 
 
 
 def _ready(
-    *args: str, sshd: bool = True, start_sshd: bool = False, set_up: bool = True
+    *args: str,
+    sshd: bool = True,
+    start_sshd: bool = False,
+    set_up: bool = True,
+    sshd_said: str = "",
 ) -> tuple[int, str]:
     """Runs ready.sh (under bash, as the entrypoint does) in a container of its own, on no
-    network; with ``sshd`` as a kernel that runs sshd (started first with ``start_sshd``), and
-    ``set_up`` as one whose entrypoint is done."""
+    network; with ``sshd`` as a kernel that runs sshd (started first with ``start_sshd``),
+    ``set_up`` as one whose entrypoint is done, and ``sshd_said`` as sshd's log."""
     mark = "mkdir -p /run/troupe; "
+    if sshd_said:
+        mark += f"printf '{sshd_said}' > /var/log/troupe-sshd.log; "
     if set_up:
         mark += ": > /run/troupe/started; "
     if sshd:
@@ -128,6 +134,13 @@ def test_ready_reports_at_once_without_peers_and_names_what_is_missing(docker_en
     assert _ready("5", start_sshd=True) == (0, "troupe: ready\n")
     code, out = _ready("1")  # runs sshd, but nothing listens on 2200
     assert code == 1 and out == "troupe: not ready after 1s: waiting for ssh:2200\n", out
+    # sshd went to the background, then could not bind: its last word says why
+    said = (
+        "Bind to port 2200 on 0.0.0.0 failed: Address already in use.\\nCannot bind any address.\\n"
+    )
+    code, out = _ready("1", sshd_said=said)
+    why = "ssh:2200 (sshd: Cannot bind any address.)"
+    assert code == 1 and out == f"troupe: not ready after 1s: waiting for {why}\n", out
     code, out = _ready("1", "nosuchpeer", "127.0.0.1", sshd=False)
     assert code == 1 and out == "troupe: not ready after 1s: waiting for name:nosuchpeer\n", out
     code, out = _ready("1", "ghost", sshd=False)  # resolves, but no route on this network

@@ -9,10 +9,14 @@ failure on its report FIFO and waits, held in place; the engine sees no death.""
 
 from __future__ import annotations
 
+import re
 import time
+import uuid
+from pathlib import Path
 
-from tests.conftest import docker
+from tests.conftest import BASE_IMAGE, docker
 from tests.integration.test_restarts import batch, c, final, running_again, unique
+from troupe.agent.kernel import runner_dir
 from troupe.api.models import SessionInfo
 from troupe.client.sdk import Client
 
@@ -250,3 +254,59 @@ def test_a_command_killed_for_memory_is_made_anew_not_held(c: Client) -> None:
     assert failure.reason == "kernel ran out of memory", failure
     first = docker("ps", "-aq", "--filter", f"label=troupe.session={after.id}").stdout.split()
     assert len(first) == 2 and kernel(after, "sub1")[:12] in first
+
+
+#: Holds 1 GiB (a process with much memory takes long to end: its memory is freed before its
+#: files are closed) and listens on port 2200, like a kernel's sshd; once /tmp/go exists, the
+#: entrypoint's sweep (how long it took), then whether anything still listens on port 2200
+#: (0x0898, LISTEN).
+SWEEP_DRIVER = """
+. /t/sweep.sh
+python3 -c '
+import socket, time
+b = bytearray(1 << 30)
+for i in range(0, len(b), 4096):
+    b[i] = 1
+s = socket.socket()
+s.bind(("", 2200))
+s.listen()
+open("/tmp/up", "w").close()
+time.sleep(3600)' &
+while [ ! -e /tmp/go ]; do sleep 0.05; done
+t0=$(date +%s%N)
+_troupe_sweep ""
+echo "the sweep took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+echo "listeners after the sweep: $(cat /proc/net/tcp /proc/net/tcp6 | grep -c ':0898 .* 0A ')"
+sleep 600
+"""
+
+
+def test_the_sweep_waits_until_the_killed_processes_are_gone(tmp_path: Path) -> None:
+    """The supervisor's sweep returns only once what it killed is gone: at a small CPU share a
+    killed process may end long after its SIGKILL, and an old sshd still bound to port 2200
+    would make the next attempt's sshd fail to bind (after it went to the background: no PID
+    file, and the kernel is never ready)."""
+    entrypoint = (Path(runner_dir()) / "entrypoint.sh").read_text()
+    sweep = re.search(r"^_troupe_sweep\(\) \{\n.*?^\}\n", entrypoint, re.M | re.S)
+    assert sweep, "no _troupe_sweep in entrypoint.sh"
+    (tmp_path / "sweep.sh").write_text(sweep.group(0))
+    (tmp_path / "driver.sh").write_text(SWEEP_DRIVER)
+    name = f"test-sweep-{uuid.uuid4().hex[:12]}"
+    try:
+        docker(
+            *("run", "-d", "--init", "--name", name, "--network", "none"),
+            *("-v", f"{tmp_path}:/t:ro", BASE_IMAGE, "sh", "/t/driver.sh"),
+        )
+        deadline = time.monotonic() + 60
+        while docker("exec", name, "test", "-e", "/tmp/up", check=False).returncode:
+            assert time.monotonic() < deadline, docker("logs", name, check=False).stderr
+            time.sleep(0.2)
+        docker("update", "--cpus", "0.05", name)  # (the memory was touched at full speed)
+        docker("exec", name, "touch", "/tmp/go")
+        deadline = time.monotonic() + 60
+        while "listeners" not in (out := docker("logs", name).stdout):
+            assert time.monotonic() < deadline, out
+            time.sleep(0.2)
+        assert "listeners after the sweep: 0" in out, out
+    finally:
+        docker("rm", "-f", name, check=False)

@@ -60,14 +60,35 @@ if [ -n "${TINI_KILL_PROCESS_GROUP:-}" ]; then
   trap '_troupe_sig=131' QUIT
   trap : USR1 USR2
 fi
-# Kills every process of the kernel but init, this script and $1 (the agent's word, ending):
-# twice, for what forked meanwhile. (`kill` is a builtin in every sh: no process.)
+# Kills every process of the kernel but init, this script and $1 (the agent's word, ending),
+# and waits until they are gone (a zombie, its files closed, is gone enough), for at most about
+# 30 s (a process stuck in the kernel does not end at all): a SIGKILL takes effect only once
+# its process runs, and a process with much memory frees it all before it closes its files,
+# which at a small CPU share can take seconds. An old sshd still bound to port 2200 makes the
+# new one fail to bind after it went to the background ("Cannot bind any address": no PID
+# file, no readiness); an old command may hold GPU memory. Each round kills again, for what
+# forked meanwhile. (`kill` and `read` are builtins in every sh: a process per round only
+# where one must wait, the `sleep`, at longer and longer pauses: they take CPU from the dying.)
 _troupe_sweep() {
-  for _troupe_pass in 1 2; do
+  _troupe_round=0
+  while :; do
+    _troupe_live=0
     for _troupe_p in /proc/[0-9]*; do
       _troupe_p=${_troupe_p#/proc/}
-      case $_troupe_p in 1 | "$$" | "$1") ;; *) kill -9 "$_troupe_p" 2>/dev/null ;; esac
+      case $_troupe_p in 1 | "$$" | "$1") continue ;; esac
+      kill -9 "$_troupe_p" 2>/dev/null || continue
+      _troupe_st=""
+      read -r _troupe_st 2>/dev/null < "/proc/$_troupe_p/stat" || continue
+      case ${_troupe_st##*) } in Z* | X*) ;; *) _troupe_live=1 ;; esac
     done
+    [ "$_troupe_live" = 1 ] && [ "$_troupe_round" -lt 300 ] || break
+    # (none before the second round: it kills what forked meanwhile at once)
+    case $_troupe_round in 0) _troupe_pause="" ;; 1) _troupe_pause=0.01 ;; 2) _troupe_pause=0.02 ;;
+      3) _troupe_pause=0.05 ;; *) _troupe_pause=0.1 ;; esac
+    if [ -n "$_troupe_pause" ]; then
+      sleep "$_troupe_pause" 2>/dev/null || { sleep 1; _troupe_round=$((_troupe_round + 9)); }
+    fi
+    _troupe_round=$((_troupe_round + 1))
   done
 }
 
@@ -141,9 +162,9 @@ if [ -f "$_troupe_conf/kernel.conf" ]; then . "$_troupe_conf/kernel.conf"; fi
 # A restart in place starts this container again: the last start's markers are old news (a
 # test per marker, one `rm` for all: no process where there is nothing to remove, as on a first
 # start). (and an attempt in place: this container's last attempt's; the old sshd's PID file
-# too; the word's marks)
+# and log too, so that ready.sh's report quotes this attempt's sshd; the word's marks)
 _troupe_old=""
-for _troupe_f in started go sshd ready.err restart held /run/sshd-troupe.pid; do
+for _troupe_f in started go sshd ready.err restart held /run/sshd-troupe.pid /var/log/troupe-sshd.log; do
   case $_troupe_f in /*) ;; *) _troupe_f="$_troupe_run/$_troupe_f" ;; esac
   [ -e "$_troupe_f" ] && _troupe_old="$_troupe_old $_troupe_f"
 done

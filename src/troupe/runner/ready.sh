@@ -30,6 +30,7 @@ export LC_ALL
 # above). Reading /proc/net/tcp instead walks the host's whole TCP table: about 5 ms of system
 # CPU per read on a 24 GiB host, a whole period of a kernel limited to 0.05 CPU.
 SSHD_PID=/run/sshd-troupe.pid
+SSHD_LOG=/var/log/troupe-sshd.log # (the entrypoint's `sshd -E`)
 sshd_listens() { [ -s "$SSHD_PID" ]; }
 
 # answers HOST: HOST's name resolves and its address accepts or refuses a connection.
@@ -133,7 +134,18 @@ while :; do
   fi
   if [ "$_last" = 1 ]; then
     _why=""
-    if [ "$_set_up" = 0 ]; then _why=" set-up"; elif [ "$_sshd_up" = 0 ]; then _why=" ssh:2200"; fi
+    if [ "$_set_up" = 0 ]; then
+      _why=" set-up"
+    elif [ "$_sshd_up" = 0 ]; then
+      # (and sshd's last word, where it left one: "Cannot bind any address.", say; sshd goes
+      # to the background before it binds, so the entrypoint saw it start)
+      _why=" ssh:2200"
+      _said=""
+      if [ -r "$SSHD_LOG" ]; then
+        while IFS= read -r _line || [ -n "$_line" ]; do _said=$_line; done < "$SSHD_LOG"
+      fi
+      [ -z "$_said" ] || _why="$_why (sshd: $_said)"
+    fi
     for _h in $_missing; do
       if getent hosts "$_h" >/dev/null 2>&1; then _why="$_why net:$_h"; else _why="$_why name:$_h"; fi
     done
