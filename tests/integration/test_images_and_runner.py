@@ -134,9 +134,11 @@ def test_ready_reports_at_once_without_peers_and_names_what_is_missing(docker_en
     assert _ready("5", start_sshd=True) == (0, "troupe: ready\n")
     code, out = _ready("1")  # runs sshd, but nothing listens on 2200
     assert code == 1 and out == "troupe: not ready after 1s: waiting for ssh:2200\n", out
-    # sshd went to the background, then could not bind: its last word says why
+    # sshd went to the background, then could not bind: its last word says why (sshd ends
+    # its log's lines with CR LF)
     said = (
-        "Bind to port 2200 on 0.0.0.0 failed: Address already in use.\\nCannot bind any address.\\n"
+        "Bind to port 2200 on 0.0.0.0 failed: Address already in use.\\r\\n"
+        "Cannot bind any address.\\r\\n"
     )
     code, out = _ready("1", sshd_said=said)
     why = "ssh:2200 (sshd: Cannot bind any address.)"

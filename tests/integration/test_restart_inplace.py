@@ -257,13 +257,17 @@ def test_a_command_killed_for_memory_is_made_anew_not_held(c: Client) -> None:
 
 
 #: Holds 1 GiB (a process with much memory takes long to end: its memory is freed before its
-#: files are closed) and listens on port 2200, like a kernel's sshd; once /tmp/go exists, the
+#: files are closed), with threads (a main thread may be a zombie while another one frees
+#: what they share), and listens on port 2200, like a kernel's sshd; once /tmp/go exists, the
 #: entrypoint's sweep (how long it took), then whether anything still listens on port 2200
 #: (0x0898, LISTEN).
 SWEEP_DRIVER = """
 . /t/sweep.sh
+_troupe_sig=""
 python3 -c '
-import socket, time
+import socket, threading, time
+for _ in range(4):
+    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
 b = bytearray(1 << 30)
 for i in range(0, len(b), 4096):
     b[i] = 1
@@ -281,11 +285,13 @@ sleep 600
 """
 
 
-def test_the_sweep_waits_until_the_killed_processes_are_gone(tmp_path: Path) -> None:
-    """The supervisor's sweep returns only once what it killed is gone: at a small CPU share a
-    killed process may end long after its SIGKILL, and an old sshd still bound to port 2200
-    would make the next attempt's sshd fail to bind (after it went to the background: no PID
-    file, and the kernel is never ready)."""
+def test_the_sweep_waits_until_the_killed_processes_are_gone(
+    docker_engine: None, tmp_path: Path
+) -> None:
+    """The supervisor's sweep returns only once what it killed is gone, and not much later: at
+    a small CPU share a killed process may end long after its SIGKILL, and an old sshd still
+    bound to port 2200 would make the next attempt's sshd fail to bind (after it went to the
+    background: no PID file, and the kernel is never ready)."""
     entrypoint = (Path(runner_dir()) / "entrypoint.sh").read_text()
     sweep = re.search(r"^_troupe_sweep\(\) \{\n.*?^\}\n", entrypoint, re.M | re.S)
     assert sweep, "no _troupe_sweep in entrypoint.sh"
@@ -308,5 +314,7 @@ def test_the_sweep_waits_until_the_killed_processes_are_gone(tmp_path: Path) -> 
             assert time.monotonic() < deadline, out
             time.sleep(0.2)
         assert "listeners after the sweep: 0" in out, out
+        took = re.search(r"the sweep took (\d+) ms", out)
+        assert took and int(took.group(1)) < 15_000, out  # (it ended: not the 30 s bound)
     finally:
         docker("rm", "-f", name, check=False)

@@ -61,33 +61,48 @@ if [ -n "${TINI_KILL_PROCESS_GROUP:-}" ]; then
   trap : USR1 USR2
 fi
 # Kills every process of the kernel but init, this script and $1 (the agent's word, ending),
-# and waits until they are gone (a zombie, its files closed, is gone enough), for at most about
-# 30 s (a process stuck in the kernel does not end at all): a SIGKILL takes effect only once
-# its process runs, and a process with much memory frees it all before it closes its files,
-# which at a small CPU share can take seconds. An old sshd still bound to port 2200 makes the
-# new one fail to bind after it went to the background ("Cannot bind any address": no PID
-# file, no readiness); an old command may hold GPU memory. Each round kills again, for what
-# forked meanwhile. (`kill` and `read` are builtins in every sh: a process per round only
-# where one must wait, the `sleep`, at longer and longer pauses: they take CPU from the dying.)
+# and waits until they have ended, for at most 30 s (a process stuck in the kernel does not end
+# at all: then a warning): a SIGKILL takes effect only once its process runs, and a process
+# with much memory frees it all before it closes its files, which at a small CPU share takes
+# seconds. An old sshd still bound to port 2200 makes the new one fail to bind after it went to
+# the background ("Cannot bind any address": no PID file, no readiness); an old command may
+# hold GPU memory. A process has ended when each of its threads has (a zombie main thread
+# waits for the others, and the last one out frees what they share). Each round kills again,
+# for what forked meanwhile; a stop ends the wait. (`kill` and `read` are builtins in every
+# sh: a process per round only where one must wait, the `sleep`, at longer and longer pauses:
+# they take CPU from the dying.)
 _troupe_sweep() {
   _troupe_round=0
+  _troupe_until=""
   while :; do
     _troupe_live=0
     for _troupe_p in /proc/[0-9]*; do
       _troupe_p=${_troupe_p#/proc/}
       case $_troupe_p in 1 | "$$" | "$1") continue ;; esac
       kill -9 "$_troupe_p" 2>/dev/null || continue
-      _troupe_st=""
-      read -r _troupe_st 2>/dev/null < "/proc/$_troupe_p/stat" || continue
-      case ${_troupe_st##*) } in Z* | X*) ;; *) _troupe_live=1 ;; esac
+      [ "$_troupe_live" = 1 ] && continue # (one is enough to wait: the others are killed)
+      for _troupe_t in "/proc/$_troupe_p/task/"[0-9]*; do
+        _troupe_st=""
+        read -r _troupe_st 2>/dev/null < "$_troupe_t/stat" || continue
+        case ${_troupe_st##*) } in Z* | X*) ;; *) _troupe_live=1 && break ;; esac
+      done
     done
-    [ "$_troupe_live" = 1 ] && [ "$_troupe_round" -lt 300 ] || break
+    [ "$_troupe_live" = 1 ] && [ -z "$_troupe_sig" ] || break
+    # seconds since boot, whole (/proc/uptime: no `date` process; without it, by the rounds)
+    _troupe_now=""
+    read -r _troupe_now _troupe_rest 2>/dev/null < /proc/uptime || :
+    _troupe_now=${_troupe_now%.*}
+    case $_troupe_now in '' | *[!0-9]*) _troupe_now=$((_troupe_round / 10)) ;; esac
+    if [ -z "$_troupe_until" ]; then
+      _troupe_until=$((_troupe_now + 30))
+    elif [ "$_troupe_now" -ge "$_troupe_until" ]; then
+      echo "troupe: warning: processes of the last attempt did not end within 30 s" >&2
+      break
+    fi
     # (none before the second round: it kills what forked meanwhile at once)
     case $_troupe_round in 0) _troupe_pause="" ;; 1) _troupe_pause=0.01 ;; 2) _troupe_pause=0.02 ;;
       3) _troupe_pause=0.05 ;; *) _troupe_pause=0.1 ;; esac
-    if [ -n "$_troupe_pause" ]; then
-      sleep "$_troupe_pause" 2>/dev/null || { sleep 1; _troupe_round=$((_troupe_round + 9)); }
-    fi
+    if [ -n "$_troupe_pause" ]; then sleep "$_troupe_pause" 2>/dev/null || sleep 1; fi
     _troupe_round=$((_troupe_round + 1))
   done
 }
@@ -373,8 +388,10 @@ else
   _troupe_word=""
   read -r _troupe_word < "$_troupe_run/restart" || :
 fi
-# The agent's word: what is left goes, and the kernel is set up again (its files first).
-_troupe_sweep "${_troupe_word%% *}"
-rm -f "$_troupe_run/restart"
+# The agent's word: what is left goes, and the kernel is set up again (its files first). A stop
+# from here on (the sweep may take a while) ends the container, here or in the set-up.
 _troupe_sig=""
+_troupe_sweep "${_troupe_word%% *}"
+[ -z "$_troupe_sig" ] || exit "$_troupe_sig"
+rm -f "$_troupe_run/restart"
 done

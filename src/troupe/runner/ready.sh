@@ -144,6 +144,7 @@ while :; do
       if [ -r "$SSHD_LOG" ]; then
         while IFS= read -r _line || [ -n "$_line" ]; do _said=$_line; done < "$SSHD_LOG"
       fi
+      _said=${_said%"$(printf '\r')"} # (sshd ends its lines with CR LF)
       [ -z "$_said" ] || _why="$_why (sshd: $_said)"
     fi
     for _h in $_missing; do
