@@ -9,12 +9,13 @@ is docs/webui.png."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, Response, expect
+from playwright.sync_api import Browser, Page, Response, Route, expect
 
 from tests.browser.conftest import Web, signed_in
 from tests.conftest import BASE_IMAGE, Server, serving
@@ -147,3 +148,59 @@ def test_a_pending_session_has_apps_that_wait_for_running(web: Web, server: Serv
     web.go(f"/sessions/{waiting}")
     usage = page.get_by_role("region", name="Utilisation")
     expect(usage).to_contain_text("No samples: the session never ran.", timeout=10_000)
+
+
+def refusing_streams(page: Page) -> list[bool]:
+    """Answers the page's live streams (``/ui/events``) 429, as the server does to a user with
+    too many streams open, while the flag this returns holds True; then lets them through."""
+    refuse = [True]
+
+    def handle(route: Route) -> None:
+        if refuse[0]:
+            body = '{"detail": "too many concurrent streams"}'
+            route.fulfill(status=429, content_type="application/json", body=body)
+        else:
+            route.continue_()
+
+    page.route("**/ui/events*", handle)
+    return refuse
+
+
+def test_a_page_whose_live_stream_was_refused_opens_another(web: Web, server: Server) -> None:
+    """The browser's EventSource gives up for good after an answer that is not a stream (429,
+    5xx): a page then opens a new stream after a pause and follows again (docs/webui.md, "Live
+    pages"). The session page shows its session's changes from then on; the sessions list also
+    shows what changed while it had no stream (its rows asked for again)."""
+    c = server.client()
+    res = Resources(cpu=0.5, mem="256m")
+    sid = c.create_session(SessionCreate(name="refused", image=BASE_IMAGE, resources=res)).id
+    page = web.page
+    gap = None
+    try:
+        assert c.wait_session(sid, timeout=120).status == "RUNNING"
+        refuse = refusing_streams(page)
+        web.go(f"/sessions/{sid}")
+        expect(page.locator("h1 .badge")).to_have_text("RUNNING")
+        page.wait_for_timeout(500)  # (its first stream refused meanwhile)
+        refuse[0] = False
+        c.destroy_session(sid)
+        expect(page.locator("h1 .badge")).to_have_text(
+            re.compile("TERMINATED|CANCELLED"), timeout=30_000
+        )
+
+        refuse[0] = True
+        web.go("/")
+        expect(page.get_by_role("heading", name="Sessions")).to_be_visible()
+        page.wait_for_timeout(500)
+        gap = c.create_session(SessionCreate(name="in-the-gap", image=BASE_IMAGE, resources=res)).id
+        assert c.wait_session(gap, timeout=120).status == "RUNNING"
+        expect(page.locator(f"#row-{gap}")).to_have_count(0)  # (no stream: no row yet)
+        refuse[0] = False
+        row = page.locator(f"#row-{gap}")
+        expect(row).to_contain_text("RUNNING", timeout=30_000)
+    finally:
+        page.unroute("**/ui/events*")
+        for s in (sid, gap):
+            if s is not None:
+                with contextlib.suppress(Exception):  # (destroyed already)
+                    c.destroy_session(s)

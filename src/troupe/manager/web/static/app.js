@@ -50,12 +50,34 @@ const troupe = (() => {
     form.querySelectorAll("[aria-invalid]").forEach((e) => e.removeAttribute("aria-invalid"));
   }
 
-  // One EventSource per page; ``onSession`` gets {id, status, html}. The browser reconnects.
-  function live(url, onSession) {
-    const es = new EventSource(url);
-    es.addEventListener("session", (ev) => onSession(JSON.parse(ev.data)));
-    window.addEventListener("pagehide", () => es.close());
-    return es;
+  // One live stream per page; ``onSession`` gets {id, status, html}; ``onReopen``, if given,
+  // runs each time the stream opens after a failed or cut one (what changed meanwhile came on
+  // no stream). The browser's EventSource reconnects by itself after a dropped connection, but
+  // gives up for good after an answer that is not a stream (429 when the user has too many
+  // streams open, a 5xx): then a new one is opened after 1 s, 2 s, 4 s ... at most 30 s, so a
+  // page never stays stale without end.
+  function live(url, onSession, onReopen) {
+    let es = null;
+    let timer = null;
+    let delay = 1000;
+    let cut = false;
+    const open = () => {
+      const source = es = new EventSource(url);
+      source.addEventListener("session", (ev) => onSession(JSON.parse(ev.data)));
+      source.addEventListener("open", () => {
+        delay = 1000;
+        if (cut && onReopen) onReopen();
+        cut = false;
+      });
+      source.addEventListener("error", () => {
+        cut = true;
+        if (source.readyState !== EventSource.CLOSED) return; // the browser tries again
+        timer = setTimeout(open, delay);
+        delay = Math.min(delay * 2, 30000);
+      });
+    };
+    open();
+    window.addEventListener("pagehide", () => { clearTimeout(timer); es.close(); });
   }
 
   function fragment(html) {

@@ -6,6 +6,18 @@
   const finished = table.dataset.show === "finished";
   const empty = document.getElementById("no-sessions");
 
+  // Rows as the page would show them now: after the live stream was cut, changes of that
+  // while came on no stream (the session page's stream renders its session when it opens).
+  async function refreshRows() {
+    try {
+      const r = await fetch(location.href, {credentials: "same-origin"});
+      if (!r.ok) return;
+      const doc = new DOMParser().parseFromString(await r.text(), "text/html");
+      const fresh = doc.querySelector("#sessions tbody");
+      if (fresh) body.replaceChildren(...fresh.children);
+      empty.hidden = body.rows.length > 0;
+    } catch (e) { /* the next change, or the next reopening, brings them */ }
+  }
   troupe.live(table.dataset.live, (ev) => {
     const row = troupe.fragment(ev.html).firstElementChild;
     const belongs = (row.dataset.final === "yes") === finished;
@@ -14,7 +26,7 @@
     else if (old) old.remove();
     else if (belongs) body.prepend(row);
     empty.hidden = body.rows.length > 0;
-  });
+  }, refreshRows);
   troupe.wireDestroy(() => {});
 
   // -- launch dialog ------------------------------------------------------------------
