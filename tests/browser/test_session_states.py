@@ -13,9 +13,10 @@ import contextlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
-from playwright.sync_api import Browser, Page, Response, Route, expect
+from playwright.sync_api import Browser, Page, Request, Response, Route, expect
 
 from tests.browser.conftest import Web, signed_in
 from tests.conftest import BASE_IMAGE, Server, serving
@@ -166,6 +167,11 @@ def refusing_streams(page: Page) -> list[bool]:
     return refuse
 
 
+def asked_again(r: Request) -> bool:
+    """The sessions list's own fetch of its page (its rows, after its stream was cut)."""
+    return r.resource_type == "fetch" and urlparse(r.url).path == "/"
+
+
 def test_a_page_whose_live_stream_was_refused_opens_another(web: Web, server: Server) -> None:
     """The browser's EventSource gives up for good after an answer that is not a stream (429,
     5xx): a page then opens a new stream after a pause and follows again (docs/webui.md, "Live
@@ -195,9 +201,11 @@ def test_a_page_whose_live_stream_was_refused_opens_another(web: Web, server: Se
         gap = c.create_session(SessionCreate(name="in-the-gap", image=BASE_IMAGE, resources=res)).id
         assert c.wait_session(gap, timeout=120).status == "RUNNING"
         expect(page.locator(f"#row-{gap}")).to_have_count(0)  # (no stream: no row yet)
-        refuse[0] = False
         row = page.locator(f"#row-{gap}")
-        expect(row).to_contain_text("RUNNING", timeout=30_000)
+        # (the row comes with the rows asked for again, not with a late change of the session)
+        with page.expect_request(asked_again, timeout=30_000):
+            refuse[0] = False
+            expect(row).to_contain_text("RUNNING", timeout=30_000)
     finally:
         page.unroute("**/ui/events*")
         for s in (sid, gap):

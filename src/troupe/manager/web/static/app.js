@@ -54,8 +54,11 @@ const troupe = (() => {
   // runs each time the stream opens after a failed or cut one (what changed meanwhile came on
   // no stream). The browser's EventSource reconnects by itself after a dropped connection, but
   // gives up for good after an answer that is not a stream (429 when the user has too many
-  // streams open, a 5xx): then a new one is opened after 1 s, 2 s, 4 s ... at most 30 s, so a
-  // page never stays stale without end.
+  // streams open, a 5xx): then a new one is opened after about 1 s, 2 s, 4 s ... at most 30 s
+  // (jittered, so that a user's tabs do not come back together), while the page is visible (a
+  // hidden one waits until it is shown: it would hold one of the user's stream slots for
+  // nothing), so a page never stays stale without end; also when it is shown again from the
+  // browser's back-forward cache.
   function live(url, onSession, onReopen) {
     let es = null;
     let timer = null;
@@ -71,13 +74,28 @@ const troupe = (() => {
       });
       source.addEventListener("error", () => {
         cut = true;
-        if (source.readyState !== EventSource.CLOSED) return; // the browser tries again
-        timer = setTimeout(open, delay);
+        if (source.readyState !== EventSource.CLOSED || source !== es) return; // the browser tries again
+        timer = setTimeout(retry, delay * (0.75 + Math.random() / 2));
         delay = Math.min(delay * 2, 30000);
       });
     };
+    const retry = () => {
+      timer = null;
+      if (document.visibilityState !== "hidden") open();
+      else document.addEventListener("visibilitychange", retry, {once: true});
+    };
     open();
-    window.addEventListener("pagehide", () => { clearTimeout(timer); es.close(); });
+    window.addEventListener("pagehide", () => {
+      clearTimeout(timer);
+      document.removeEventListener("visibilitychange", retry);
+      if (es) es.close();
+    });
+    window.addEventListener("pageshow", (ev) => {
+      if (!ev.persisted) return;
+      cut = true;
+      delay = 1000;
+      open();
+    });
   }
 
   function fragment(html) {

@@ -6,19 +6,7 @@
   const finished = table.dataset.show === "finished";
   const empty = document.getElementById("no-sessions");
 
-  // Rows as the page would show them now: after the live stream was cut, changes of that
-  // while came on no stream (the session page's stream renders its session when it opens).
-  async function refreshRows() {
-    try {
-      const r = await fetch(location.href, {credentials: "same-origin"});
-      if (!r.ok) return;
-      const doc = new DOMParser().parseFromString(await r.text(), "text/html");
-      const fresh = doc.querySelector("#sessions tbody");
-      if (fresh) body.replaceChildren(...fresh.children);
-      empty.hidden = body.rows.length > 0;
-    } catch (e) { /* the next change, or the next reopening, brings them */ }
-  }
-  troupe.live(table.dataset.live, (ev) => {
+  function apply(ev) {
     const row = troupe.fragment(ev.html).firstElementChild;
     const belongs = (row.dataset.final === "yes") === finished;
     const old = document.getElementById("row-" + ev.id);
@@ -26,7 +14,31 @@
     else if (old) old.remove();
     else if (belongs) body.prepend(row);
     empty.hidden = body.rows.length > 0;
-  }, refreshRows);
+  }
+  // Rows as the page would show them now: after the live stream was cut, changes of that
+  // while came on no stream (the session page's stream renders its session when it opens).
+  // Live rows that come meanwhile are held and applied after the swap, in order: each was
+  // rendered after its change, so the last one of a session is at least as new as the page.
+  let held = null;
+  let asked = 0;
+  async function refreshRows(again = true) {
+    const mine = ++asked;
+    held = held || [];
+    let fresh = null;
+    try {
+      const r = await fetch(location.href, {credentials: "same-origin", signal: AbortSignal.timeout(15000)});
+      if (r.ok) fresh = new DOMParser().parseFromString(await r.text(), "text/html");
+    } catch (e) { /* asked again below */ }
+    if (mine !== asked) return; // a later refresh replaces this one (and holds the rows)
+    const rows = fresh && fresh.querySelector("#sessions tbody");
+    if (rows) body.replaceChildren(...rows.children);
+    const late = held;
+    held = null;
+    late.forEach(apply);
+    empty.hidden = body.rows.length > 0;
+    if (!rows && again) setTimeout(() => refreshRows(false), 5000);
+  }
+  troupe.live(table.dataset.live, (ev) => (held ? held.push(ev) : apply(ev)), refreshRows);
   troupe.wireDestroy(() => {});
 
   // -- launch dialog ------------------------------------------------------------------
