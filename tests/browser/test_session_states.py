@@ -200,8 +200,8 @@ def test_a_page_whose_live_stream_was_refused_opens_another(web: Web, server: Se
         page.wait_for_timeout(500)
         gap = c.create_session(SessionCreate(name="in-the-gap", image=BASE_IMAGE, resources=res)).id
         assert c.wait_session(gap, timeout=120).status == "RUNNING"
-        expect(page.locator(f"#row-{gap}")).to_have_count(0)  # (no stream: no row yet)
         row = page.locator(f"#row-{gap}")
+        expect(row).to_have_count(0)  # (no stream: no row yet)
         # (the row comes with the rows asked for again, not with a late change of the session)
         with page.expect_request(asked_again, timeout=30_000):
             refuse[0] = False

@@ -74,7 +74,8 @@ const troupe = (() => {
       });
       source.addEventListener("error", () => {
         cut = true;
-        if (source.readyState !== EventSource.CLOSED || source !== es) return; // the browser tries again
+        // (still connecting: the browser tries again by itself)
+        if (source.readyState !== EventSource.CLOSED || source !== es) return;
         timer = setTimeout(retry, delay * (0.75 + Math.random() / 2));
         delay = Math.min(delay * 2, 30000);
       });
