@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.conftest import ROOT, Server, docker
+from tests.conftest import ROOT, Server, docker, mpirun_output
 
 pytestmark = pytest.mark.docker
 
@@ -281,7 +281,7 @@ def test_bare_mpirun_in_an_open_mpi_image_without_sshd(me: User, images: None) -
     name = session(me, MPI_NOSSH, "--ssh-key", "none")
     try:
         out = ok(me.troupe("session", "exec", name, "--", "mpirun", "-np", "3", "hostname"))
-        assert sorted(out.split()) == ["main1", "sub1", "sub2"]
+        assert sorted(mpirun_output(out)) == ["main1", "sub1", "sub2"], out
     finally:
         me.troupe("session", "destroy", name)
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.conftest import ROOT, Server
+from tests.conftest import ROOT, Server, mpirun_output
 
 pytestmark = pytest.mark.docker
 
@@ -267,6 +267,6 @@ def test_bare_mpirun_spreads_over_the_kernels(me: User) -> None:
     )  # fmt: skip
     try:
         out = ok(me.troupe("session", "exec", name, "--", "mpirun", "-np", "3", "hostname"))
-        assert sorted(out.split()) == ["main1", "sub1", "sub2"]
+        assert sorted(mpirun_output(out)) == ["main1", "sub1", "sub2"], out
     finally:
         me.troupe("session", "destroy", name)
