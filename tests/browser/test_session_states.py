@@ -172,6 +172,26 @@ def asked_again(r: Request) -> bool:
     return r.resource_type == "fetch" and urlparse(r.url).path == "/"
 
 
+#: the sessions list's pager as a page with more sessions than fit has it
+OLDER = (
+    '<nav class="pager" aria-label="Pages of sessions">'
+    '<a href="/?before=x">Older sessions</a></nav>'
+)
+
+
+def the_list(url: str) -> bool:
+    return urlparse(url).path == "/"
+
+
+def with_older_sessions(route: Route) -> None:
+    """The list's own fetch answered as if more sessions than fit had come meanwhile."""
+    if route.request.resource_type != "fetch":
+        route.continue_()
+        return
+    r = route.fetch()
+    route.fulfill(response=r, body=r.text().replace('<div id="pager">', '<div id="pager">' + OLDER))
+
+
 def test_a_page_whose_live_stream_was_refused_opens_another(web: Web, server: Server) -> None:
     """The browser's EventSource gives up for good after an answer that is not a stream (429,
     5xx): a page then opens a new stream after a pause and follows again (docs/webui.md, "Live
@@ -202,12 +222,18 @@ def test_a_page_whose_live_stream_was_refused_opens_another(web: Web, server: Se
         assert c.wait_session(gap, timeout=120).status == "RUNNING"
         row = page.locator(f"#row-{gap}")
         expect(row).to_have_count(0)  # (no stream: no row yet)
-        # (the row comes with the rows asked for again, not with a late change of the session)
+        older = page.get_by_role("link", name="Older sessions")
+        expect(older).to_have_count(0)
+        page.route(the_list, with_older_sessions)
+        # (the row comes with the rows asked for again, not with a late change of the session;
+        # the links to older pages with them)
         with page.expect_request(asked_again, timeout=30_000):
             refuse[0] = False
             expect(row).to_contain_text("RUNNING", timeout=30_000)
+        expect(older).to_have_count(1)
     finally:
         page.unroute("**/ui/events*")
+        page.unroute(the_list)
         for s in (sid, gap):
             if s is not None:
                 with contextlib.suppress(Exception):  # (destroyed already)

@@ -5,6 +5,7 @@
   const body = table.querySelector("tbody");
   const finished = table.dataset.show === "finished";
   const empty = document.getElementById("no-sessions");
+  const pager = document.getElementById("pager");
 
   function apply(ev) {
     const row = troupe.fragment(ev.html).firstElementChild;
@@ -31,7 +32,11 @@
     } catch (e) { /* asked again below */ }
     if (mine !== asked) return; // a later refresh replaces this one (and holds the rows)
     const rows = fresh && fresh.querySelector("#sessions tbody");
-    if (rows) body.replaceChildren(...rows.children);
+    if (rows) {
+      body.replaceChildren(...rows.children);
+      const pages = fresh.getElementById("pager"); // (the links to older pages may have changed too)
+      if (pages) pager.replaceChildren(...pages.children);
+    }
     const late = held;
     held = null;
     late.forEach(apply);
