@@ -34,11 +34,12 @@ def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run([DOCKER, *args], capture_output=True, text=True, check=check)
 
 
-#: Open MPI's own line when mpirun's child has already run ``exec`` by the time mpirun moves it
-#: to a process group of its own (the child did so itself; Open MPI ignores the error). Its
-#: stderr, which ``session exec`` merges into the output (docs/contract.md, "mpirun").
+#: Open MPI's own line when the ssh that mpirun forked has moved itself to a process group of
+#: its own and started before mpirun's own attempt (refused; Open MPI ignores it): its stderr,
+#: which ``session exec`` merges into the output (docs/contract.md, "mpirun"). Open MPI 4 says
+#: ``plm:rsh``, Open MPI 5 ``plm:ssh``.
 OPEN_MPI_SETPGID_RACE = re.compile(
-    r"^\[[^\]]+\] plm:rsh: Warning: setpgid\(\d+,\d+\) failed in parent with errno=.*$"
+    r"^\[[^\]]+\] plm:(rsh|ssh): Warning: setpgid\(\d+,\d+\) failed in parent with errno=.*$"
 )
 
 

@@ -189,7 +189,9 @@ def with_older_sessions(route: Route) -> None:
         route.continue_()
         return
     r = route.fetch()
-    route.fulfill(response=r, body=r.text().replace('<div id="pager">', '<div id="pager">' + OLDER))
+    headers = {k: v for k, v in r.headers.items() if k.lower() != "content-length"}
+    body = r.text().replace('<div id="pager">', '<div id="pager">' + OLDER)
+    route.fulfill(response=r, headers=headers, body=body)
 
 
 def test_a_page_whose_live_stream_was_refused_opens_another(web: Web, server: Server) -> None:

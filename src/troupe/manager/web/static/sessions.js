@@ -34,8 +34,9 @@
     const rows = fresh && fresh.querySelector("#sessions tbody");
     if (rows) {
       body.replaceChildren(...rows.children);
-      const pages = fresh.getElementById("pager"); // (the links to older pages may have changed too)
-      if (pages) pager.replaceChildren(...pages.children);
+      // the links to other pages may have changed too (swapped only then: a swap drops focus)
+      const pages = fresh.getElementById("pager");
+      if (pages && pages.innerHTML !== pager.innerHTML) pager.replaceChildren(...pages.children);
     }
     const late = held;
     held = null;
