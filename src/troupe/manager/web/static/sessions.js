@@ -36,7 +36,7 @@
       body.replaceChildren(...rows.children);
       // the links to other pages may have changed too (swapped only then: a swap drops focus)
       const pages = fresh.getElementById("pager");
-      if (pages && pages.innerHTML !== pager.innerHTML) pager.replaceChildren(...pages.children);
+      if (pages && pages.innerHTML !== pager.innerHTML) pager.replaceChildren(...pages.childNodes);
     }
     const late = held;
     held = null;
