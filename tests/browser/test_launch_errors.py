@@ -33,6 +33,7 @@ def test_every_field_error_names_the_field_and_its_rule_in_words(web: Web) -> No
     name.fill("Bad Name")
     launch_error(dialog, "name", f"name: must be {NAME_RULE}")
     expect(name).to_have_attribute("aria-invalid", "true")
+    expect(dialog.locator("#name-hint")).to_be_hidden()  # (the error says it: not twice)
     web.shot("errors-01-name")
     web.audit("launch-dialog-name-error")
 
@@ -40,6 +41,7 @@ def test_every_field_error_names_the_field_and_its_rule_in_words(web: Web) -> No
     cpu = dialog.get_by_label("CPU", exact=True)
     cpu.fill("0")
     launch_error(dialog, "resources.cpu", "resources.cpu: must be more than 0")
+    expect(dialog.locator("#name-hint")).to_be_visible()  # (back with the name's error gone)
     cpu.fill("0.5")
 
     dialog.get_by_role("button", name="Add role").click()
@@ -47,6 +49,7 @@ def test_every_field_error_names_the_field_and_its_rule_in_words(web: Web) -> No
     row.get_by_label("Role").fill("worker")
     row.get_by_label("CPU").fill("0")
     launch_error(dialog, "roles", "Role 1 (worker), CPU: must be more than 0")
+    expect(dialog.locator("#roles-hint")).to_be_visible()  # (an error that does not say it)
     expect(row.get_by_label("CPU")).to_have_attribute("aria-invalid", "true")
     expect(row.get_by_label("CPU")).to_be_focused()
     web.shot("errors-02-role-cpu")
