@@ -167,9 +167,13 @@ def refusing_streams(page: Page) -> list[bool]:
     return refuse
 
 
+def the_list(url: str) -> bool:
+    return urlparse(url).path == "/"
+
+
 def asked_again(r: Request) -> bool:
     """The sessions list's own fetch of its page (its rows, after its stream was cut)."""
-    return r.resource_type == "fetch" and urlparse(r.url).path == "/"
+    return r.resource_type == "fetch" and the_list(r.url)
 
 
 #: the sessions list's pager as a page with more sessions than fit has it
@@ -179,13 +183,9 @@ OLDER = (
 )
 
 
-def the_list(url: str) -> bool:
-    return urlparse(url).path == "/"
-
-
 def with_older_sessions(route: Route) -> None:
     """The list's own fetch answered as if more sessions than fit had come meanwhile."""
-    if route.request.resource_type != "fetch":
+    if not asked_again(route.request):
         route.continue_()
         return
     r = route.fetch()

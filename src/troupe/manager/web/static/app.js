@@ -41,20 +41,24 @@ const troupe = (() => {
     if (!slot) { toast(err.message); return; }
     slot.textContent = err.message;
     slot.hidden = false;
+    const box = slot.closest(".field");
     // a hint that the message says again word for word is hidden while the message shows
-    const hint = slot.closest(".field")?.querySelector(".hint");
+    const hint = box?.querySelector(".hint");
     const said = hint ? hint.textContent.trim() : "";
     if (said && err.message.includes(said)) {
       hint.hidden = true;
       hint.dataset.saidByError = "";
     }
-    const input = slot.closest(".field")?.querySelector("input, select");
+    const input = box?.querySelector("input, select");
     if (input) { input.setAttribute("aria-invalid", "true"); input.focus(); }
   }
 
   function clearErrors(form) {
     form.querySelectorAll("[data-error]").forEach((e) => { e.hidden = true; e.textContent = ""; });
-    form.querySelectorAll("[data-said-by-error]").forEach((h) => { h.hidden = false; delete h.dataset.saidByError; });
+    form.querySelectorAll("[data-said-by-error]").forEach((h) => {
+      h.hidden = false;
+      delete h.dataset.saidByError;
+    });
     form.querySelectorAll("[aria-invalid]").forEach((e) => e.removeAttribute("aria-invalid"));
   }
 
