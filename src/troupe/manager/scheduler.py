@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from troupe.api.counted import counted
 from troupe.cluster.contract import ClusterMode
-from troupe.manager.scheduler_shapes import roles_of
+from troupe.manager.scheduler_shapes import Key, key_of, roles_of
 
 EPS = 1e-9
 
@@ -82,8 +82,8 @@ class Part(NamedTuple):
     gpu: int = 0
 
 
-#: (group, mode, size, cpu, mem, gpu, parts): a :class:`Request`'s group and fit
-QueueKey = tuple[str, str, int, float, int, int, tuple[Part, ...]]
+#: (group, mode, size, cpu, mem, gpu, parts): a :class:`Request`'s group and fit, interned
+QueueKey = Key
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +104,15 @@ class Request:
     #: kernels of (cpu, mem, gpu) each.
     parts: tuple[Part, ...] = ()
     #: The queue it waits in: its group and what sets its fit apart (equal keys, equal fit
-    #: and equal why-pending reports). Made once: a backlog built afresh reads 100,000 of them.
+    #: and equal why-pending reports). Made (and interned) once: a backlog built afresh
+    #: reads 100,000 of them.
     key: QueueKey = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.parts:  # interned: the key hashes and compares it by identity
             object.__setattr__(self, "parts", roles_of(self.parts))
         key = (self.group, self.mode, self.size, self.cpu, self.mem, self.gpu, self.parts)
-        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "key", key_of(key))
 
     def kernel_shapes(self) -> list[Part]:
         """Each kernel's shape by rank (``kernels`` 1), named ``<role><idx>`` when roles."""

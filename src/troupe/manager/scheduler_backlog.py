@@ -184,7 +184,7 @@ class Backlog:
             for q in [q for q in self.live if not q.items]:
                 # nothing to remember: the next session of its shape makes it anew
                 self.live.discard(q)
-                del self.queues[(q.group, *q.shape)]
+                del self.queues[q.key]
             looked = self._walk_heap(placements)
         self.grown = {}
         if self._queue_of is not None:

@@ -34,6 +34,7 @@ class Queue:
         "dead",
         "group",
         "items",
+        "key",
         "need",
         "part",
         "plan",
@@ -46,6 +47,7 @@ class Queue:
     )
 
     def __init__(self, key: QueueKey) -> None:
+        self.key = key
         self.group: str = key[0]
         self.shape: Shape = key[1:]
         _, size, cpu, mem, gpu, parts = self.shape

@@ -1,25 +1,28 @@
-"""Role layouts made once per distinct layout (interned), so that a pass over 100,000 sessions
-neither hashes nor compares each session's roles: a queue's key (:attr:`Request.key`) holds
-its :class:`Roles`, hashed and compared by identity, and the queue's sums over its kernels
-are made once per layout, not once per queue (:mod:`troupe.manager.scheduler_queues`).
+"""Role layouts and queue keys made once per distinct value (interned), so that a pass over
+100,000 sessions neither hashes nor compares each session's roles or key: equal values are one
+object, hashed and compared by identity (a dict finds a session's queue without reading its
+key's items, which a pass in rank order would fetch from all over memory), and a queue's sums
+over its kernels are made once per layout, not once per queue
+(:mod:`troupe.manager.scheduler_queues`).
 
-Pure, in memory, process-wide. Two equal layouts are always the same object: every
-:class:`~troupe.manager.scheduler.Request` with roles gets its layout from :func:`roles_of`.
-Layouts no request holds any more are dropped when the table doubles (a table of the layouts
-still pending, not of every one the process saw).
+Pure, in memory, process-wide. Every :class:`~troupe.manager.scheduler.Request` gets its
+layout from :data:`roles_of` and its key from :data:`key_of`. Values nothing holds any more
+are dropped when a table doubles (a table of what is still pending, not of every value the
+process saw).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from troupe.manager.scheduler import Part
     from troupe.manager.scheduler_take import Plan
 
-#: the table is swept (layouts only it holds dropped) when it reaches this many, or twice
-#: as many as the last sweep kept
+#: a table is swept (values only it holds dropped) when it reaches this many, or twice as
+#: many as its last sweep kept
 SWEEP_AT = 1 << 12
 
 
@@ -36,26 +39,42 @@ class Roles(tuple["Part", ...]):
     many: tuple[tuple[int, tuple[float, float, float], int], ...] | None = None
 
 
-_known: dict[tuple[Part, ...], Roles] = {}
-_sweep_at = SWEEP_AT
+class Key(tuple[str, str, int, float, int, int, tuple["Part", ...]]):
+    """The queue a request waits in (:attr:`~troupe.manager.scheduler.Request.key`): its
+    (group, mode, size, cpu, mem, gpu, roles), interned: hashed by identity."""
+
+    __hash__ = object.__hash__
 
 
-def roles_of(parts: tuple[Part, ...]) -> Roles:
-    """The one :class:`Roles` equal to ``parts``."""
-    if type(parts) is Roles:
-        return parts
-    roles = _known.get(parts)
-    if roles is None:
-        if len(_known) >= _sweep_at:
-            _sweep()
-        roles = _known[tuple(parts)] = Roles(parts)
-    return roles
+T = TypeVar("T", Roles, Key)
 
 
-def _sweep() -> None:
-    """Drops the layouts that nothing but the table holds (no request, no queue)."""
-    global _sweep_at
-    for parts in list(_known):
-        if sys.getrefcount(_known[parts]) <= 2:  # the table's reference and the call's
-            del _known[parts]
-    _sweep_at = max(SWEEP_AT, 2 * len(_known))
+class Interned(Generic[T]):
+    """The one object of kind ``T`` equal to a tuple: ``table(value)``."""
+
+    def __init__(self, kind: Callable[[Any], T]) -> None:
+        self.kind: Callable[[Any], T] = kind
+        self.known: dict[tuple[Any, ...], T] = {}
+        self.sweep_at = SWEEP_AT
+
+    def __call__(self, value: tuple[Any, ...]) -> T:
+        if type(value) is self.kind:
+            return value  # type: ignore[return-value]  # (the kind, checked)
+        got = self.known.get(value)
+        if got is None:
+            if len(self.known) >= self.sweep_at:
+                self.sweep()
+            got = self.known[tuple(value)] = self.kind(value)
+        return got
+
+    def sweep(self) -> None:
+        """Drops the values that nothing but the table holds (no request, no queue)."""
+        known = self.known
+        for value in list(known):
+            if sys.getrefcount(known[value]) <= 2:  # the table's reference and the call's
+                del known[value]
+        self.sweep_at = max(SWEEP_AT, 2 * len(known))
+
+
+roles_of: Interned[Roles] = Interned(Roles)
+key_of: Interned[Key] = Interned(Key)
