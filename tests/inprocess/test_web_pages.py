@@ -13,7 +13,7 @@ import pytest
 
 from tests.inprocess.asgi import AsgiHttp
 from tests.inprocess.conftest import Harness
-from tests.inprocess.helpers import ORIGIN, signed_in, web_client
+from tests.inprocess.helpers import ORIGIN, heartbeats, signed_in, web_client
 from tests.inprocess.test_session_list import store_finished
 from troupe.manager.web import signin
 
@@ -185,11 +185,12 @@ async def test_an_agent_lost_between_the_reads_of_its_list_has_nothing_free(
 ) -> None:
     """The list reads the agents' use, then their rows: one that went LOST in between is shown
     LOST with nothing free (its use as read while it was ALIVE is not what it has free)."""
-    await manager.register("gone", cpu=2)
+    agent = await manager.register("gone", cpu=2)
     fleet = manager.app.state.registry.fleet  # type: ignore[union-attr]
-    c = await signed_in(manager)
-    alive = [s for s in await _states(manager) if s.id == "gone"]
+    async with heartbeats(agent, "gone"):  # ALIVE while read, however long the steps take
+        alive = [s for s in await _states(manager) if s.id == "gone"]
     assert alive and alive[0].cpu_free == 2
+    c = await signed_in(manager)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 5
     while (
