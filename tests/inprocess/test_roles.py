@@ -11,7 +11,7 @@ import pytest
 
 from tests.inprocess.conftest import IMAGE, Harness
 from tests.inprocess.fake_agent import FakeAgent
-from tests.inprocess.helpers import error_of, get_when, running
+from tests.inprocess.helpers import error_of, get_when, heartbeats, running
 from tests.inprocess.test_hardening_users import create, new_user, refused, set_limits
 from troupe.api.agent import KernelSpec
 
@@ -172,22 +172,23 @@ async def test_pending_and_never_fitting_sessions_name_the_role_and_kernel(
 
 
 async def test_multi_node_roles_spread_when_no_agent_holds_them_all(manager: Harness) -> None:
-    await manager.register("r1", group="grp", cpu=2)
-    await manager.register("r2", group="grp", cpu=1)
+    r1 = await manager.register("r1", group="grp", cpu=2)
+    r2 = await manager.register("r2", group="grp", cpu=1)
     roles = [{"name": "worker", "replicas": 2, "resources": {"cpu": 1}}]
-    s = await running(
-        manager,
-        "spread",
-        group="grp",
-        cluster_mode="multi-node",
-        resources={"cpu": 0.5},
-        roles=roles,
-    )
-    # main1 first on the roomiest; then the workers, the roomiest first again
-    assert [k["agent"] for k in s["kernels"]] == ["r1", "r1", "r2"]
-    # single-node, no agent of the group can ever hold them: refused, naming role and kernel
-    body = {"name": "one", "image": IMAGE, "group": "grp", "roles": roles}
-    r = await manager.client.post("/sessions", json={**body, "resources": {"cpu": 0.25}})
+    async with heartbeats(r1, "r1"), heartbeats(r2, "r2"):  # ALIVE (LOST after 1 s silent)
+        s = await running(
+            manager,
+            "spread",
+            group="grp",
+            cluster_mode="multi-node",
+            resources={"cpu": 0.5},
+            roles=roles,
+        )
+        # main1 first on the roomiest; then the workers, the roomiest first again
+        assert [k["agent"] for k in s["kernels"]] == ["r1", "r1", "r2"]
+        # single-node, no agent of the group can ever hold them: refused, naming role and kernel
+        body = {"name": "one", "image": IMAGE, "group": "grp", "roles": roles}
+        r = await manager.client.post("/sessions", json={**body, "resources": {"cpu": 0.25}})
     err = error_of(r)
     assert err["code"] == "does_not_fit" and err["field"] == "roles", err
     assert "role worker, kernel worker2: agent r1: cpu: needs 1 core" in err["message"], err

@@ -153,9 +153,10 @@ async def test_the_session_list_pages_past_its_first_200(manager: Harness) -> No
 
 async def test_agents_page_counts_in_words(manager: Harness) -> None:
     """``0 / 1 core`` for an agent of one core (not ``1 cores``)."""
-    await manager.register("one", cpu=1)
-    c = await signed_in(manager)
-    text = (await c.get("/agents")).text
+    agent = await manager.register("one", cpu=1)
+    async with heartbeats(agent, "one"):  # ALIVE (LOST after 1 s silent) while the page is read
+        c = await signed_in(manager)
+        text = (await c.get("/agents")).text
     assert "0 / 1 core" in text and "1 cores" not in text, text
 
 
