@@ -3,6 +3,8 @@ object, hashed and compared by identity; a table keeps only the values still hel
 
 from __future__ import annotations
 
+import copy
+import pickle
 from dataclasses import replace
 
 from troupe.manager import scheduler_shapes
@@ -70,3 +72,15 @@ def test_queue_keys_are_interned_and_swept_like_layouts() -> None:
     key_of.sweep()
     assert gone not in key_of.known
     assert key_of(tuple(a.key)) is a.key  # still held by a request: the same one
+
+
+def test_a_copied_or_pickled_request_keeps_the_one_key_and_layout() -> None:
+    """A pickle or a deep copy rebuilds a request without ``__post_init__``: its key and layout
+    are interned again, so it still joins its shape's one queue."""
+    a = req("a", 1.25)
+    for b in (pickle.loads(pickle.dumps(a)), copy.deepcopy(a), copy.copy(a)):
+        assert b == a and b.key is a.key and b.parts is a.parts
+    backlog = Backlog()
+    backlog.add(a)
+    backlog.add(replace(pickle.loads(pickle.dumps(a)), session_id="b"))
+    assert len(backlog.queues) == 1

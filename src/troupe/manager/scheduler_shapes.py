@@ -5,10 +5,11 @@ key's items, which a pass in rank order would fetch from all over memory), and a
 over its kernels are made once per layout, not once per queue
 (:mod:`troupe.manager.scheduler_queues`).
 
-Pure, in memory, process-wide. Every :class:`~troupe.manager.scheduler.Request` gets its
-layout from :data:`roles_of` and its key from :data:`key_of`. Values nothing holds any more
-are dropped when a table doubles (a table of what is still pending, not of every value the
-process saw).
+Pure, in memory, process-wide. Every :class:`~troupe.manager.scheduler.Request` gets its key
+from :data:`key_of` and, with roles, its layout from :data:`roles_of`; a copy or a pickle of
+one is interned again (``__reduce__``). Values nothing else holds are dropped when a table
+doubles (a table of what is still pending, not of every value the process saw; a layout
+held only by such a key goes at a later sweep).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class Roles(tuple["Part", ...]):
     layouts are one object), with what queues of it compute once (``made``)."""
 
     __hash__ = object.__hash__  # identity, as C does it: no walk of the parts
+
+    def __reduce__(self) -> tuple[object, tuple[tuple[Part, ...]]]:
+        return _layout, (tuple(self),)  # a copy or a pickle: the one equal layout
+
     #: what a queue of it computes once (:class:`~troupe.manager.scheduler_queues.Queue`:
     #: its ``whole`` and ``plan``), once made
     made: tuple[tuple[float, float, float], Plan] | None = None
@@ -41,9 +46,14 @@ class Roles(tuple["Part", ...]):
 
 class Key(tuple[str, str, int, float, int, int, tuple["Part", ...]]):
     """The queue a request waits in (:attr:`~troupe.manager.scheduler.Request.key`): its
-    (group, mode, size, cpu, mem, gpu, roles), interned: hashed by identity."""
+    (group, mode, size, cpu, mem, gpu, roles), interned: hashed by identity (a plain tuple
+    equal to it is no key: it would not be found)."""
 
+    __slots__ = ()
     __hash__ = object.__hash__
+
+    def __reduce__(self) -> tuple[object, tuple[tuple[object, ...]]]:
+        return _key, (tuple(self),)  # a copy or a pickle: the one equal key
 
 
 T = TypeVar("T", Roles, Key)
@@ -78,3 +88,11 @@ class Interned(Generic[T]):
 
 roles_of: Interned[Roles] = Interned(Roles)
 key_of: Interned[Key] = Interned(Key)
+
+
+def _layout(parts: tuple[Part, ...]) -> Roles:  # (pickled by name, unlike the tables)
+    return roles_of(parts)
+
+
+def _key(value: tuple[object, ...]) -> Key:
+    return key_of(value)
