@@ -207,13 +207,13 @@ def test_a_count_that_fell_short_fails_later_gangs_of_its_kernel_without_a_walk(
         return Request(sid, "default", "multi-node", 1 + kernels, 0.5, G, 0, 0, order, ps)
 
     walks: list[tuple[float, float]] = []
-    roomiest = scheduler_spread.roomiest
+    with_cores = scheduler_spread.with_cores  # a count's walk (in no order)
 
     def counting(pool: Pool, cpu: float, gpu: float) -> Iterable[int]:
         walks.append((cpu, gpu))
-        return roomiest(pool, cpu, gpu)
+        return with_cores(pool, cpu, gpu)
 
-    monkeypatch.setattr(scheduler_spread, "roomiest", counting)
+    monkeypatch.setattr(scheduler_spread, "with_cores", counting)
     reqs = [gang("g1", 1, 4), gang("g2", 2, 5), gang("g3", 3, 2)]
     backlog = Backlog(agents)
     backlog.add_all(reqs)

@@ -114,8 +114,10 @@ class Backlog:
         if len(set(map(_order, ordered))) < len(ordered):
             ordered.sort(key=_arrival)
         ordered.sort(key=_priority, reverse=True)
-        queues, make = self.queues, self._queue
-        line = [queues.get(key) or make(key) for key in map(queue_key, ordered)]
+        keys = list(map(queue_key, ordered))
+        for key in dict.fromkeys(keys):  # each queue made (or found) once, as first met
+            self._queue(key)
+        line = list(map(self.queues.__getitem__, keys))
         self._queue_of = None  # made when first asked (a pass needs none)
         self._line = self._unfilled = (ordered, line)
 

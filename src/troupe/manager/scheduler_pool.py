@@ -1,10 +1,13 @@
 """The agents of one resource group, indexed by free capacity for the scheduler's passes.
 
-Pure and in memory. Free cores order every agent (a sorted list: the tightest whole fit is a
-bisection away, the roomiest agents are its end); agents with free GPUs are also kept per
-free-GPU count, so a GPU session never walks the agents without one. Each agent's free
-resources are its capacity less what is in use, computed as :class:`AgentState` does, so the
-index and the plain rule agree to the last bit.
+Pure and in memory. Every agent is in the list of its level of free memory, sorted by free
+cores (the tightest whole fit is a bisection per level away); agents with free GPUs are also
+kept per free-GPU count, so a GPU session never walks the agents without one. Both kinds of
+lists are kept highest first, so a search stops at the first below what it needs. The list
+of every agent by free cores (the roomiest agents are its end) is made from the levels only
+when asked: a pass holds agents far more often than it walks them all in order. Each agent's
+free resources are its capacity less what is in use, computed as :class:`AgentState` does,
+so the index and the plain rule agree to the last bit.
 """
 
 from __future__ import annotations
@@ -16,20 +19,19 @@ from itertools import count as numbers
 from typing import TYPE_CHECKING, cast
 
 from troupe.cluster.contract import ClusterMode
-from troupe.manager.scheduler import (
-    EPS,
-    AgentState,
-    Part,
-    Request,
-    _fault,
-    _kernel_at_fault,
-    _role_line,
-    _shortage,
-)
+from troupe.manager.scheduler import EPS, AgentState, Part, Request
 from troupe.manager.scheduler_keys import RANK_MASK, Ranks, cores_key
+from troupe.manager.scheduler_report import Report
 from troupe.manager.scheduler_shapes import Roles
 from troupe.manager.scheduler_spread import count, spread, spread_roles
-from troupe.manager.scheduler_take import KEYS_KEPT, LEVEL_BITS, hold_placed, move, take_whole
+from troupe.manager.scheduler_take import (
+    KEYS_KEPT,
+    LEVEL_BITS,
+    hold_placed,
+    list_of,
+    move,
+    take_whole,
+)
 
 if TYPE_CHECKING:
     from troupe.manager.scheduler_queues import Queue
@@ -73,7 +75,9 @@ class Pool:
         self.used: dict[str, list[float]] = {}
         #: agent id -> [cores, bytes, GPUs] free
         self.free: dict[str, list[float]] = {}
-        self.by_cpu: list[Entry] = []
+        #: :attr:`by_cpu` as last made, and the :attr:`version` it was made at
+        self._by_cpu: list[Entry] = []
+        self._by_cpu_at = -1
         self.by_gpu: dict[int, list[Entry]] = {}
         #: agents by free memory's level (:func:`_level`)
         self.by_mem: dict[int, list[Entry]] = {}
@@ -106,13 +110,8 @@ class Pool:
         #: kernel shape -> how many of them fit over the group, where a count fell short in
         #: this pass: exact then, at most that many since
         self.counts: dict[tuple[float, float, float], int] = {}
-        self._roomiest: tuple[tuple[int, int], list[AgentState]] = ((-1, 0), [])
-        #: a report's lines by what the request is short of, on :attr:`_roomiest`
-        self._lines: dict[tuple[object, ...], list[str]] = {}
-        self._role_lines: dict[tuple[object, ...], str] = {}
-        #: the first two roles of a multi-node request -> their kernel that the gang rule
-        #: cannot place (or ``()``: they fit), on :attr:`_roomiest`'s state
-        self._shorts: dict[tuple[Part, ...], Part | tuple[()]] = {}
+        #: why a request does not fit on these agents: ``pool.report(req)``
+        self.report = Report(self)
         base, used, free = self.base, self.used, self.free
         total = 0.0
         for a in agents:
@@ -133,7 +132,6 @@ class Pool:
     def _build(self) -> None:
         """The sorted lists, made anew from :attr:`free` (at the start, and when the ranks
         were numbered again)."""
-        by_cpu: list[Entry] = []
         by_gpu: dict[int, list[Entry]] = {}
         by_mem: dict[int, list[Entry]] = {}
         rank, keys = self.ranks.rank, self.keys
@@ -144,22 +142,32 @@ class Pool:
                 if len(keys) < KEYS_KEPT:
                     keys[cpu] = key
             entry = key | rank[agent_id]
-            by_cpu.append(entry)
             if gpu > 0:
                 by_gpu.setdefault(int(gpu), []).append(entry)
             level = int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0  # _level, inline
             by_mem.setdefault(level, []).append(entry)
-        by_cpu.sort()
         for entries in (*by_gpu.values(), *by_mem.values()):
             entries.sort()
-        self.by_cpu, self.by_gpu, self.by_mem = by_cpu, by_gpu, by_mem
+        # highest first: a search stops at the first list below what it needs
+        self.by_gpu = dict(sorted(by_gpu.items(), reverse=True))
+        self.by_mem = dict(sorted(by_mem.items(), reverse=True))
+        self.version += 1
 
     # --- the index -------------------------------------------------------------------------
+
+    @property
+    def by_cpu(self) -> list[Entry]:
+        """Every agent's entry, sorted by free cores: the memory levels' lists merged, made
+        again only after a change."""
+        if self._by_cpu_at != self.version:
+            entries = [e for level in self.by_mem.values() for e in level]
+            entries.sort()  # a merge of sorted runs
+            self._by_cpu, self._by_cpu_at = entries, self.version
+        return self._by_cpu
 
     def _unindex(self, agent_id: str) -> None:
         f = self.free[agent_id]
         entry = cores_key(f[0]) | self.ranks.rank[agent_id]
-        del self.by_cpu[bisect_left(self.by_cpu, entry)]
         if f[2] > 0:
             bucket = self.by_gpu[int(f[2])]
             del bucket[bisect_left(bucket, entry)]
@@ -176,10 +184,9 @@ class Pool:
         a, u = self.base[agent_id], self.used[agent_id]
         f = self.free[agent_id] = [a.cpu - u[0], a.mem - u[1], a.gpu - u[2]]
         entry = cores_key(f[0]) | self.ranks.rank[agent_id]
-        insort(self.by_cpu, entry)
         if f[2] > 0:
-            insort(self.by_gpu.setdefault(int(f[2]), []), entry)
-        insort(self.by_mem.setdefault(_level(f[1]), []), entry)
+            insort(list_of(self.by_gpu, int(f[2])), entry)
+        insort(list_of(self.by_mem, _level(f[1])), entry)
         self.total_cpu += max(f[0], 0.0)
         self.version += 1
 
@@ -205,7 +212,7 @@ class Pool:
             del bucket[bisect_left(bucket, old)]
             if not bucket:  # searches walk the buckets: no empty ones
                 del by_mem[old_level]
-            insort(by_mem.setdefault(level, []), new)
+            insort(list_of(by_mem, level), new)
         old_gpu, free_gpu = int(old_gpu), int(new_gpu)
         if old_gpu > 0 or free_gpu > 0:
             by_gpu = self.by_gpu
@@ -218,8 +225,7 @@ class Pool:
                     if not bucket:
                         del by_gpu[old_gpu]
                 if free_gpu > 0:
-                    insort(by_gpu.setdefault(free_gpu, []), new)
-        move(self.by_cpu, old, new)
+                    insort(list_of(by_gpu, free_gpu), new)
         self.version += 1
 
     def set_agent(self, agent: AgentState) -> None:
@@ -376,63 +382,3 @@ class Pool:
             return None
         hold_placed(self, req, placed)
         return placed
-
-    def report(self, req: Request, limit: int = 3) -> list[str]:
-        """Why ``req`` does not fit: the agents closest to fitting it, one line each; with
-        roles, each line names the role and the kernel that does not fit."""
-        n = req.size if req.mode == ClusterMode.SINGLE_NODE else 1
-        top = self.by_cpu[-limit:]
-        if self._roomiest[0] != (self.version, limit):  # the same for every report of a pass
-            agents = [self.agent(self.id_of[e & RANK_MASK]) for e in reversed(top)]
-            self._roomiest, self._lines, self._role_lines = ((self.version, limit), agents), {}, {}
-            self._shorts = {}
-        roomiest = self._roomiest[1]
-        more = len(self.by_cpu) - limit
-        if req.parts and req.mode == ClusterMode.SINGLE_NODE:
-            return _with_more([self._fault_line(a, req) for a in roomiest], more)
-        # the same lines for every request that is short of the same (on these agents)
-        short = self._kernel_short(req) if req.parts else None
-        key = short or (req.cpu, req.mem, req.gpu, n)
-        known = self._lines.get(key)
-        if known is None:
-            if short is not None:
-                lines = [_role_line(short, a) for a in roomiest]
-            else:
-                lines = [_shortage(a, req, n) for a in roomiest]
-            known = self._lines[key] = _with_more(lines, more)
-        return list(known)
-
-    def _fault_line(self, agent: AgentState, req: Request) -> str:
-        """The line of a single-node ``req`` with roles on ``agent``: its kernel at fault
-        (the same line for requests whose kernels before it use the same)."""
-        at = (agent.id, *_fault(agent, req))
-        line = self._role_lines.get(at)
-        if line is None:
-            line = self._role_lines[at] = _role_line(*_kernel_at_fault(agent, req))
-        return line
-
-    def _kernel_short(self, req: Request) -> Part:
-        """The first kernel of a multi-node ``req`` with roles that the gang rule cannot
-        place now (its first kernel if it would fit)."""
-        parts = req.parts
-        head = parts[:2]  # main and the first role: few layouts, shared by many requests
-        short = self._shorts.get(head)
-        if short is None:
-            first = parts[0]
-            if self.whole_fit(first.cpu, first.mem, first.gpu) is None:  # the walk's answer
-                short = Part(f"{first.role}1", 1, first.cpu, first.mem, first.gpu)
-            else:
-                placed = spread_roles(self, head)
-                short = placed if isinstance(placed, Part) else ()
-            self._shorts[head] = short
-        if short:
-            return short
-        placed = spread_roles(self, parts) if len(parts) > 2 else []
-        return placed if isinstance(placed, Part) else req.kernel_shapes()[0]
-
-
-def _with_more(lines: list[str], more: int) -> list[str]:
-    """A report's ``lines``, and how many agents of the group it leaves out."""
-    if more > 0:
-        lines.append(f"... and {more} more agents with less room")
-    return lines

@@ -2,10 +2,11 @@
 agents, the roomiest first (docs/contract.md, 'Placement').
 
 Pure, in memory. A walk looks only at the agents with the cores of one kernel (a bisection
-of the pool's lists) and, for a kernel with GPUs, only at the agents with that many GPUs free
-(the pool's per-free-GPU lists merged): in the order of the list by free cores, restricted,
-so each answer is the plain rule's to the last bit. A role's count stops as soon as it is
-enough (all the pass asks of it), so only a count that fails walks the whole group.
+of each of the pool's lists) and, for a kernel with GPUs, only at the agents with that many
+GPUs free: the pool's lists by memory level (or by free GPUs) merged, in the order of free
+cores, so each answer is the plain rule's to the last bit. A role's count stops as soon as
+it is enough (all the pass asks of it), so only a count that fails walks the whole group; it
+needs no order, so it walks the lists one after the other.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from heapq import merge
-from itertools import islice
+from itertools import chain, islice
 from typing import TYPE_CHECKING
 
 from troupe.manager.scheduler import EPS, Part, Request, kernels_fitting
@@ -23,18 +24,31 @@ if TYPE_CHECKING:
     from troupe.manager.scheduler_pool import Entry, Pool
 
 
+def _lists(pool: Pool, cpu: float, gpu: float) -> tuple[int, list[list[Entry]]]:
+    """The lowest key with the cores of one kernel of ``cpu`` cores, and the pool's lists
+    that together hold every agent with them and, when ``gpu`` > 0, at least ``gpu`` GPUs
+    free (each agent in one of them)."""
+    lo = cores_key(cpu - EPS) if cpu > 0 else 0
+    if gpu <= 0:  # every agent is in the list of its memory level
+        return lo, [e for e in pool.by_mem.values() if e[-1] >= lo]
+    # an agent with free GPUs is in the list of its count (a whole number)
+    return lo, [e for g, e in pool.by_gpu.items() if g >= gpu and e[-1] >= lo]
+
+
 def roomiest(pool: Pool, cpu: float, gpu: float) -> Iterable[Entry]:
     """The entries of the agents with the cores of one kernel of ``cpu`` cores and, when
     ``gpu`` > 0, at least ``gpu`` GPUs free, the most free cores first (then the greater id)."""
-    lo = cores_key(cpu - EPS) if cpu > 0 else 0
-    if gpu <= 0:
-        lists = [pool.by_cpu]
-    else:  # an agent with free GPUs is in the list of its count (a whole number)
-        lists = [e for g, e in pool.by_gpu.items() if g >= gpu and e[-1] >= lo]
+    lo, lists = _lists(pool, cpu, gpu)
     tails: list[Iterator[Entry]] = [islice(reversed(e), len(e) - bisect_left(e, lo)) for e in lists]
     if len(tails) == 1:
         return tails[0]
     return merge(*tails, reverse=True)
+
+
+def with_cores(pool: Pool, cpu: float, gpu: float) -> Iterable[Entry]:
+    """:func:`roomiest`'s entries in no order (a sum needs none: no merge)."""
+    lo, lists = _lists(pool, cpu, gpu)
+    return chain.from_iterable(e[bisect_left(e, lo) :] for e in lists)
 
 
 def spread(pool: Pool, req: Request) -> list[str] | None:
@@ -79,7 +93,7 @@ def count(pool: Pool, part: Part, want: int) -> int:
         return n
     n = 0
     free, id_of, mem, gpu = pool.free, pool.id_of, part.mem, part.gpu
-    for entry in roomiest(pool, part.cpu, gpu):
+    for entry in with_cores(pool, part.cpu, gpu):
         f = free[id_of[entry & RANK_MASK]]
         if f[1] >= mem and f[2] >= gpu:
             n += kernels_fitting(f[0], f[1], f[2], part)

@@ -44,6 +44,19 @@ def move(entries: list[Entry], old: Entry, new: Entry) -> None:
         insort(entries, new)
 
 
+def list_of(lists: dict[int, list[Entry]], at: int) -> list[Entry]:
+    """The list of a pool's lists by memory level or by free GPUs (``lists``) at ``at``, made
+    if there is none (the lists stay in order, the highest first)."""
+    entries = lists.get(at)
+    if entries is None:
+        entries = lists[at] = []
+        if len(lists) > 1:
+            ordered = sorted(lists.items(), reverse=True)
+            lists.clear()  # in place: callers hold the dict
+            lists.update(ordered)
+    return entries
+
+
 #: a queue's whole fit, made once per queue (:func:`plan_of`): what one agent must have free
 #: (cores, bytes, GPUs), the cores' key less EPS, the bytes' level, and what is held on it
 Plan = tuple[float, float, float, int, int, float, float, float]
@@ -67,14 +80,16 @@ def take_whole(pool: Pool, plan: Plan) -> str | None:
     at = 0  # where ``best`` is in its list (by memory level, or by free GPUs with GPUs)
     _, mem, gpu, key, level, cpu, hmem, hgpu = plan
     if gpu <= 0:
-        for lv, entries in pool.by_mem.items():
+        for lv, entries in pool.by_mem.items():  # the highest level first
+            if lv < level:  # nor any after it: not one agent has the memory
+                break
             if entries[-1] < key:  # not one agent of it has the cores
                 continue
             if lv > level:  # every agent of it has the memory: its first with the cores
                 i = bisect_left(entries, key)
                 if best is None or entries[i] < best:
                     best, at = entries[i], i
-            elif lv == level:
+            else:
                 for i in range(bisect_left(entries, key), len(entries)):
                     entry = entries[i]
                     if best is not None and entry >= best:
@@ -84,8 +99,10 @@ def take_whole(pool: Pool, plan: Plan) -> str | None:
                         best, at = entry, i
                         break
     else:
-        for g, entries in pool.by_gpu.items():
+        for g, entries in pool.by_gpu.items():  # the most GPUs first
             if g < gpu:
+                break
+            if entries[-1] < key:  # not one agent of it has the cores
                 continue
             for i in range(bisect_left(entries, key), len(entries)):
                 entry = entries[i]
@@ -131,7 +148,7 @@ def take_whole(pool: Pool, plan: Plan) -> str | None:
         del entries[i]
         if not entries:  # searches walk the lists: no empty ones
             del by_mem[old_level]
-        insort(by_mem.setdefault(level, []), new)
+        insort(list_of(by_mem, level), new)
     old_g, new_g = int(old_gpu), int(new_gpu)
     if old_g > 0:
         by_gpu = pool.by_gpu
@@ -149,15 +166,7 @@ def take_whole(pool: Pool, plan: Plan) -> str | None:
             if not entries:
                 del by_gpu[old_g]
             if new_g > 0:
-                insort(by_gpu.setdefault(new_g, []), new)
-    entries = pool.by_cpu
-    i = bisect_left(entries, best)
-    j = bisect_left(entries, new, 0, i)
-    if j == i:
-        entries[i] = new
-    else:
-        del entries[i]
-        entries.insert(j, new)
+                insort(list_of(by_gpu, new_g), new)
     pool.version += 1
     return agent_id
 
