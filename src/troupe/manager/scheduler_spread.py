@@ -4,9 +4,10 @@ agents, the roomiest first (docs/contract.md, 'Placement').
 Pure, in memory. A walk looks only at the agents with the cores of one kernel (a bisection
 of each of the pool's lists) and, for a kernel with GPUs, only at the agents with that many
 GPUs free: the pool's lists by memory level (or by free GPUs) merged, in the order of free
-cores, so each answer is the plain rule's to the last bit. A role's count stops as soon as
-it is enough (all the pass asks of it), so only a count that fails walks the whole group; it
-needs no order, so it walks the lists one after the other.
+cores, so each answer is the plain rule's to the last bit. A count stops as soon as it is
+enough (all the pass asks of it), so only a count that fails walks the whole group; it needs
+no order, so it walks the lists one after the other. A gang of one shape is counted first,
+and only a gang that fits walks the roomiest in order (to take them).
 """
 
 from __future__ import annotations
@@ -60,10 +61,14 @@ def spread(pool: Pool, req: Request) -> list[str] | None:
         # a bound, with room for each agent's EPS and the running sum's rounding
         pool.last_total = int((pool.total_cpu + len(pool) * EPS + 1e-6) // cpu) + 1
         return None
+    fit = count(pool, Part("", 1, cpu, mem, gpu), size)  # in no order: a failure walks all
+    if fit < size:
+        pool.last_total = fit
+        return None
     out: list[str] = []
     got = 0
     free, id_of = pool.free, pool.id_of
-    for entry in roomiest(pool, cpu, gpu):
+    for entry in roomiest(pool, cpu, gpu):  # they fit: the roomiest take them
         agent_id = id_of[entry & RANK_MASK]
         f = free[agent_id]
         if f[1] < mem or f[2] < gpu:
@@ -79,7 +84,7 @@ def spread(pool: Pool, req: Request) -> list[str] | None:
             got += n
             if got >= size:
                 return out
-    pool.last_total = got
+    pool.last_total = got  # (not reached: the count walked the same agents)
     return None
 
 
