@@ -224,6 +224,23 @@ def test_a_count_that_fell_short_fails_later_gangs_of_its_kernel_without_a_walk(
     assert walks.count((1, 1)) == 2  # g1's count, then g3's (g2's failed on g1's)
 
 
+def test_a_gang_of_one_shape_knows_exactly_how_many_of_its_kernels_fit() -> None:
+    """Its count is its own (not the pass's remembered one): after a gang of the same kernel
+    failed and a session took an agent, a later gang's bound is what fits then, so a later
+    pass wakes its queue only when that is enough."""
+    agents = [AgentState(f"a{i}", "default", 2.0, 64 * G, 0) for i in range(4)]  # 3 kernels each
+    reqs = [
+        Request("A", "default", "multi-node", 14, 0.1, 20 * G, order=1.0),  # 12 fit
+        Request("C", "default", "single-node", 1, 2.0, G, order=2.0),  # takes an agent
+        Request("B", "default", "multi-node", 13, 0.1, 20 * G, order=3.0),  # 9 fit now
+    ]
+    backlog = Backlog(agents)
+    backlog.add_all(reqs)
+    assert list(backlog.run().placements) == ["C"]
+    totals = {q.items[0].session_id: q.total for q in backlog.queues.values() if q.items}
+    assert totals == {"A": 12, "B": 9}
+
+
 def test_the_collector_is_paused_during_a_pass_and_back_after_it() -> None:
     seen: list[bool] = []
 

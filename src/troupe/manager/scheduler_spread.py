@@ -6,8 +6,9 @@ of each of the pool's lists) and, for a kernel with GPUs, only at the agents wit
 GPUs free: the pool's lists by memory level (or by free GPUs) merged, in the order of free
 cores, so each answer is the plain rule's to the last bit. A count stops as soon as it is
 enough (all the pass asks of it), so only a count that fails walks the whole group; it needs
-no order, so it walks the lists one after the other. A gang of one shape is counted first,
-and only a gang that fits walks the roomiest in order (to take them).
+no order, so it walks the lists one after the other. A gang of one shape is counted so
+first (not remembered: its failure's bound stays exact), and only a gang that fits walks the
+roomiest in order (to take them).
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def spread(pool: Pool, req: Request) -> list[str] | None:
         # a bound, with room for each agent's EPS and the running sum's rounding
         pool.last_total = int((pool.total_cpu + len(pool) * EPS + 1e-6) // cpu) + 1
         return None
-    fit = count(pool, Part("", 1, cpu, mem, gpu), size)  # in no order: a failure walks all
+    # counted in no order (a failure walks all) and not remembered: a gang's bound is exact,
+    # and a role's count is only what roles counted
+    fit = _kernels_over(pool, Part("", 1, cpu, mem, gpu), size)
     if fit < size:
         pool.last_total = fit
         return None
@@ -96,6 +99,15 @@ def count(pool: Pool, part: Part, want: int) -> int:
     n = pool.counts.get(key)
     if n is not None and n < want:
         return n
+    n = _kernels_over(pool, part, want)
+    if n < want:
+        pool.counts[key] = n
+    return n
+
+
+def _kernels_over(pool: Pool, part: Part, want: int) -> int:
+    """How many kernels of ``part``'s shape fit over the group, counted (in no order) until
+    ``want``: at least ``want`` when that many fit, else exact."""
     n = 0
     free, id_of, mem, gpu = pool.free, pool.id_of, part.mem, part.gpu
     for entry in with_cores(pool, part.cpu, gpu):
@@ -104,7 +116,6 @@ def count(pool: Pool, part: Part, want: int) -> int:
             n += kernels_fitting(f[0], f[1], f[2], part)
             if n >= want:
                 return n
-    pool.counts[key] = n
     return n
 
 
