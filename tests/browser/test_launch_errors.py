@@ -85,6 +85,23 @@ def test_every_field_error_names_the_field_and_its_rule_in_words(web: Web) -> No
     dialog.get_by_role("button", name="Cancel").click()
 
 
+def test_new_session_opens_after_sign_in_over_a_slow_link(browser: Browser, server: Server) -> None:
+    """The page shows before its scripts at the end of the body have come and run; a click
+    on "New session" then did nothing, once in CI. Signing in waits for them (the helper)."""
+    slow = Web(browser, server, width=420, height=900)
+    try:
+        slow.go("/")
+        cdp = slow.context.new_cdp_session(slow.page)
+        cdp.send("Network.enable")
+        conditions = {"offline": False, "latency": 600, "downloadThroughput": -1}
+        cdp.send("Network.emulateNetworkConditions", {**conditions, "uploadThroughput": -1})
+        slow.sign_in(server.key)
+        slow.page.get_by_role("button", name="New session").click()
+        expect(slow.page.get_by_role("dialog")).to_be_visible(timeout=5000)
+    finally:
+        slow.close()
+
+
 def test_the_dialogs_buttons_fit_a_narrow_window(browser: Browser, server: Server) -> None:
     narrow = Web(browser, server, width=420, height=900)
     try:
