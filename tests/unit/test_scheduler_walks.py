@@ -261,3 +261,31 @@ def test_the_collector_is_paused_during_a_pass_and_back_after_it() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_pass_makes_no_reference_cycles() -> None:
+    """It runs with the collector paused (above), so what it makes must go by reference counts:
+    a cycle (a pool and its report cache holding each other) would stay until a collection,
+    and would take the freeing out of a timed pass."""
+    agents = [AgentState(f"a{i}", "default", 4, 8 * G, i % 3) for i in range(6)]
+    roles = (Part("main", 1, 1, G), Part("w", 3, 2, 2 * G, 1), Part("ps", 1, 0.5, G))
+    reqs = [
+        Request(f"s{i}", "default", mode, 5, 1, G, 0, 0, float(i), roles)
+        for i, mode in enumerate(["multi-node", "single-node"] * 4)
+    ] + [Request(f"p{i}", "default", "multi-node", 4, 2, 3 * G, order=10.0 + i) for i in range(6)]
+    gc.collect()
+    gc.disable()
+    try:
+        decision = schedule(reqs, agents)
+        backlog = Backlog(agents)
+        backlog.add_all(reqs)
+        backlog.run()
+        why = backlog.why(
+            next(r.session_id for r in reqs if r.session_id not in decision.placements)
+        )
+        assert why
+        del backlog
+        found = gc.collect()
+    finally:
+        gc.enable()
+    assert decision.waiting and found == 0

@@ -110,8 +110,8 @@ class Pool:
         #: kernel shape -> how many of them fit over the group, where a count fell short in
         #: this pass: exact then, at most that many since
         self.counts: dict[tuple[float, float, float], int] = {}
-        #: why a request does not fit on these agents: ``pool.report(req)``
-        self.report = Report(self)
+        #: the report lines made on the agents as they are (:meth:`report`)
+        self.reports = Report()
         base, used, free = self.base, self.used, self.free
         total = 0.0
         for a in agents:
@@ -325,6 +325,11 @@ class Pool:
                 self.last_total = total if f[2] <= cpu else None
                 return True
         return False
+
+    def report(self, req: Request, limit: int = 3) -> list[str]:
+        """Why ``req`` does not fit: the agents closest to fitting it, one line each; with
+        roles, each line names the role and the kernel that does not fit."""
+        return self.reports.lines(self, req, limit)
 
     def whole_fit(self, cpu: float, mem: float, gpu: float) -> str | None:
         """The agent with room for all of it and the fewest free cores (then the lower id).

@@ -30,44 +30,44 @@ if TYPE_CHECKING:
 
 
 class Report:
-    """A pool's reports: ``report(req)``, the lines of ``req`` on the agents as they are."""
+    """A pool's report lines, kept while the pool does not change (:meth:`Pool.report`; the
+    pool is passed in, not held: no reference cycle, so a pool is freed by reference counts
+    while the scheduler runs with the cyclic collector paused)."""
 
-    def __init__(self, pool: Pool) -> None:
-        self.pool = pool
+    def __init__(self) -> None:
         #: the (pool version, limit) the roomiest agents and the lines below were made at
         self.at = (-1, 0)
         self.roomiest: list[AgentState] = []
         #: a report's lines by what the request is short of, on :attr:`roomiest`
-        self.lines: dict[tuple[object, ...], list[str]] = {}
+        self.known: dict[tuple[object, ...], list[str]] = {}
         self.role_lines: dict[tuple[object, ...], str] = {}
         #: the first two roles of a multi-node request -> their kernel that the gang rule
         #: cannot place (or ``()``: they fit), on :attr:`roomiest`'s state
         self.shorts: dict[tuple[Part, ...], Part | tuple[()]] = {}
 
-    def __call__(self, req: Request, limit: int = 3) -> list[str]:
-        """Why ``req`` does not fit: the ``limit`` agents with the most free cores, a line
-        each, and how many agents more the group has."""
-        pool = self.pool
+    def lines(self, pool: Pool, req: Request, limit: int) -> list[str]:
+        """Why ``req`` does not fit on ``pool``: the ``limit`` agents with the most free
+        cores, a line each, and how many agents more the group has."""
         n = req.size if req.mode == ClusterMode.SINGLE_NODE else 1
         if self.at != (pool.version, limit):  # the same for every report of a pass
             # the roomiest of all are the roomiest of their memory level
             top = nlargest(limit, [e for level in pool.by_mem.values() for e in level[-limit:]])
             self.roomiest = [pool.agent(pool.id_of[e & RANK_MASK]) for e in top]
-            self.at, self.lines, self.role_lines, self.shorts = (pool.version, limit), {}, {}, {}
+            self.at, self.known, self.role_lines, self.shorts = (pool.version, limit), {}, {}, {}
         roomiest = self.roomiest
         more = len(pool.base) - limit
         if req.parts and req.mode == ClusterMode.SINGLE_NODE:
             return _with_more([self._fault_line(a, req) for a in roomiest], more)
         # the same lines for every request that is short of the same (on these agents)
-        short = self._kernel_short(req) if req.parts else None
+        short = self._kernel_short(pool, req) if req.parts else None
         key = short or (req.cpu, req.mem, req.gpu, n)
-        known = self.lines.get(key)
+        known = self.known.get(key)
         if known is None:
             if short is not None:
                 lines = [_role_line(short, a) for a in roomiest]
             else:
                 lines = [_shortage(a, req, n) for a in roomiest]
-            known = self.lines[key] = _with_more(lines, more)
+            known = self.known[key] = _with_more(lines, more)
         return list(known)
 
     def _fault_line(self, agent: AgentState, req: Request) -> str:
@@ -79,7 +79,7 @@ class Report:
             line = self.role_lines[at] = _role_line(*_kernel_at_fault(agent, req))
         return line
 
-    def _kernel_short(self, req: Request) -> Part:
+    def _kernel_short(self, pool: Pool, req: Request) -> Part:
         """The first kernel of a multi-node ``req`` with roles that the gang rule cannot
         place now (its first kernel if it would fit)."""
         parts = req.parts
@@ -87,15 +87,15 @@ class Report:
         short = self.shorts.get(head)
         if short is None:
             first = parts[0]
-            if self.pool.whole_fit(first.cpu, first.mem, first.gpu) is None:  # the walk's answer
+            if pool.whole_fit(first.cpu, first.mem, first.gpu) is None:  # the walk's answer
                 short = Part(f"{first.role}1", 1, first.cpu, first.mem, first.gpu)
             else:
-                placed = spread_roles(self.pool, head)
+                placed = spread_roles(pool, head)
                 short = placed if isinstance(placed, Part) else ()
             self.shorts[head] = short
         if short:
             return short
-        placed = spread_roles(self.pool, parts) if len(parts) > 2 else []
+        placed = spread_roles(pool, parts) if len(parts) > 2 else []
         return placed if isinstance(placed, Part) else req.kernel_shapes()[0]
 
 

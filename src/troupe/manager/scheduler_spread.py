@@ -62,8 +62,8 @@ def spread(pool: Pool, req: Request) -> list[str] | None:
         # a bound, with room for each agent's EPS and the running sum's rounding
         pool.last_total = int((pool.total_cpu + len(pool) * EPS + 1e-6) // cpu) + 1
         return None
-    # counted in no order (a failure walks all) and not remembered: a gang's bound is exact,
-    # and a role's count is only what roles counted
+    # counted in no order (a failure walks them all), and apart from the roles' counts that
+    # the pass remembers: a failed gang's bound stays exact
     fit = _kernels_over(pool, Part("", 1, cpu, mem, gpu), size)
     if fit < size:
         pool.last_total = fit
