@@ -109,13 +109,19 @@ def _kernels_over(pool: Pool, part: Part, want: int) -> int:
     """How many kernels of ``part``'s shape fit over the group, counted (in no order) until
     ``want``: at least ``want`` when that many fit, else exact."""
     n = 0
-    free, id_of, mem, gpu = pool.free, pool.id_of, part.mem, part.gpu
-    for entry in with_cores(pool, part.cpu, gpu):
+    free, id_of, cpu, mem, gpu = pool.free, pool.id_of, part.cpu, part.mem, part.gpu
+    for entry in with_cores(pool, cpu, gpu):
         f = free[id_of[entry & RANK_MASK]]
-        if f[1] >= mem and f[2] >= gpu:
-            n += kernels_fitting(f[0], f[1], f[2], part)
-            if n >= want:
-                return n
+        if f[1] >= mem and f[2] >= gpu:  # kernels_fitting, inline (a failure walks them all)
+            k = int((f[0] + EPS) // cpu) if cpu > 0 else 10**9
+            if mem > 0:
+                k = min(k, int(f[1] // mem))
+            if gpu > 0:
+                k = min(k, int(f[2] // gpu))
+            if k > 0:
+                n += k
+                if n >= want:
+                    return n
     return n
 
 
