@@ -280,10 +280,12 @@ def test_a_pass_makes_no_reference_cycles() -> None:
         backlog = Backlog(agents)
         backlog.add_all(reqs)
         backlog.run()
-        why = backlog.why(
-            next(r.session_id for r in reqs if r.session_id not in decision.placements)
-        )
-        assert why
+        backlog.set_agent(replace(agents[0], cpu=8, mem=16 * G))  # grown: dead queues wake
+        backlog.set_agent(AgentState("b0", "default", 4, 8 * G, 1))  # new (ranks, index)
+        backlog.remove_agent("a5")
+        backlog.run()
+        waiting = next(r.session_id for r in reqs if r.session_id in backlog.queue_of)
+        assert backlog.why(waiting)
         del backlog
         found = gc.collect()
     finally:
