@@ -6,7 +6,11 @@ Prints figures; passes or fails nothing (machines differ). Times are the process
     .venv/bin/python bench/scheduler.py [--sessions 10000] [--agents 1000] [--repeat 5]
         [--mixed] [--changes 50] [--compare REV]
 ``--mixed``: a fifth of the sessions have roles (main + workers of another shape, some with a
-parameter server), multi-node more often. ``--compare REV``: the full pass of the scheduler
+parameter server), multi-node more often. ``--baseline REV``: REV's full pass over the plain
+world of the same size, interleaved with this tree's (over the world asked for), and the
+ratio of the two: issue 27 set its target against ``f6d5663``'s plain pass, and this
+machine's speed varies through the day, so only a ratio measured in one process compares
+(``--baseline f6d5663 --mixed``). ``--compare REV``: the full pass of the scheduler
 as it was at git revision REV (before the backlog: ``f6d5663``; the backlog before its
 dead-queue index: ``1a714c4``; before the fresh pass without a heap: ``2ff614e``; before the
 int keys: ``352bfb7``; before the plans, the GPU gang walks and the paused collector:
@@ -199,13 +203,20 @@ def main() -> None:
     ap.add_argument("--mixed", action="store_true")
     ap.add_argument("--changes", type=int, default=50)
     ap.add_argument("--compare", metavar="REV")
+    ap.add_argument("--baseline", metavar="REV")
     args = ap.parse_args()
+    if args.compare and args.baseline:
+        ap.error("--compare and --baseline load another revision each: give one")
     requests, agents = world(args.sessions, args.agents, mixed=args.mixed)
-    old = old_scheduler(args.compare) if args.compare else None
+    old = old_scheduler(args.compare or args.baseline) if args.compare or args.baseline else None
+    if args.baseline:
+        requests_then, agents_then = world(args.sessions, args.agents)  # the plain world
+    else:
+        requests_then, agents_then = requests, agents
     if old is not None:
         types_mod = sys.modules["old_scheduler"]  # where Request, AgentState and Part live
-        old_requests = convert(requests, types_mod.Request, types_mod.Part)
-        old_agents = convert(agents, types_mod.AgentState, types_mod.Part)
+        old_requests = convert(requests_then, types_mod.Request, types_mod.Part)
+        old_agents = convert(agents_then, types_mod.AgentState, types_mod.Part)
     times, old_times, same = [], [], True
     for _ in range(args.repeat):
         ms, decision = cpu_ms(schedule, requests, agents)
@@ -218,7 +229,11 @@ def main() -> None:
     print(f"scheduler: {args.sessions} pending sessions ({kind}) over {args.agents} agents")
     print(f"  placed {len(decision.placements)}, waiting {len(decision.waiting)}")
     print(f"  full pass: {fmt(times)}")
-    if old is not None:
+    if old is not None and args.baseline:
+        ratio = statistics.median(times) / statistics.median(old_times)
+        print(f"  {args.baseline}'s full pass over the plain world: {fmt(old_times)}")
+        print(f"  this pass / that one: {ratio:.3f}x")
+    elif old is not None:
         ratio = statistics.median(times) / statistics.median(old_times)
         print(f"  full pass at {args.compare}: {fmt(old_times)}; now/then {ratio:.2f}x")
         print(f"  same placements: {same}")
@@ -226,7 +241,7 @@ def main() -> None:
         ends, changes = incremental(requests, agents, args.changes, random.Random(2))
         print(f"  pass after one session's end: {fmt(ends)}")
         print(f"  pass after one agent's change: {fmt(changes)}")
-        if old is not None and hasattr(old, "Backlog"):
+        if old is not None and args.compare and hasattr(old, "Backlog"):
             rnd = random.Random(2)
             ends, changes = incremental(old_requests, old_agents, args.changes, rnd, old.Backlog)
             print(f"  at {args.compare}: after one session's end: {fmt(ends)}")
