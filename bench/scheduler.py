@@ -229,12 +229,11 @@ def main() -> None:
     print(f"scheduler: {args.sessions} pending sessions ({kind}) over {args.agents} agents")
     print(f"  placed {len(decision.placements)}, waiting {len(decision.waiting)}")
     print(f"  full pass: {fmt(times)}")
+    ratio = statistics.median(times) / statistics.median(old_times) if old_times else 0.0
     if old is not None and args.baseline:
-        ratio = statistics.median(times) / statistics.median(old_times)
         print(f"  {args.baseline}'s full pass over the plain world: {fmt(old_times)}")
         print(f"  this pass / that one: {ratio:.3f}x")
     elif old is not None:
-        ratio = statistics.median(times) / statistics.median(old_times)
         print(f"  full pass at {args.compare}: {fmt(old_times)}; now/then {ratio:.2f}x")
         print(f"  same placements: {same}")
     if args.changes:

@@ -76,11 +76,7 @@ def spread(pool: Pool, req: Request) -> list[str] | None:
         f = free[agent_id]
         if f[1] < mem or f[2] < gpu:
             continue
-        n = int((f[0] + EPS) // cpu) if cpu > 0 else 10**9
-        if mem > 0:
-            n = min(n, int(f[1] // mem))
-        if gpu > 0:
-            n = min(n, int(f[2] // gpu))
+        n = kernels_fitting(f[0], f[1], f[2], req)  # (a walk that stops once they are taken)
         if n > 0:
             take = min(n, size - got)
             out += [agent_id] * take
