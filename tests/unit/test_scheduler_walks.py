@@ -21,6 +21,7 @@ from troupe.manager import scheduler_spread
 from troupe.manager.scheduler import AgentState, Part, Request, _kernel_at_fault
 from troupe.manager.scheduler_backlog import Backlog, schedule
 from troupe.manager.scheduler_collector import collector_paused
+from troupe.manager.scheduler_keys import RANK_MASK
 from troupe.manager.scheduler_pool import Pool
 
 #: many free-GPU counts (so a gang merges several per-count lists), memory that runs out
@@ -209,9 +210,9 @@ def test_a_count_that_fell_short_fails_later_gangs_of_its_kernel_without_a_walk(
     walks: list[tuple[float, float]] = []
     with_cores = scheduler_spread.with_cores  # a count's walk (in no order)
 
-    def counting(pool: Pool, cpu: float, gpu: float) -> Iterable[int]:
+    def counting(pool: Pool, cpu: float, mem: float, gpu: float) -> Iterable[int]:
         walks.append((cpu, gpu))
-        return with_cores(pool, cpu, gpu)
+        return with_cores(pool, cpu, mem, gpu)
 
     monkeypatch.setattr(scheduler_spread, "with_cores", counting)
     reqs = [gang("g1", 1, 4), gang("g2", 2, 5), gang("g3", 3, 2)]
@@ -291,3 +292,15 @@ def test_a_pass_makes_no_reference_cycles() -> None:
     finally:
         gc.enable()
     assert decision.waiting and found == 0
+
+
+def test_a_count_skips_the_agents_below_its_kernels_memory_level() -> None:
+    """The lists of the memory levels below a kernel's hold no agent with its bytes (full
+    agents among them): a count or a gang's walk skips them whole, with the same answer."""
+    full = [AgentState(f"f{i}", "default", 64, 32 * G, 0, mem_used=32 * G) for i in range(50)]
+    pool = Pool([*full, AgentState("r", "default", 4, 32 * G, 0)])
+    walked = list(scheduler_spread.with_cores(pool, 1, G, 0))
+    assert [pool.id_of[e & RANK_MASK] for e in walked] == ["r"]
+    assert list(scheduler_spread.roomiest(pool, 1, G, 0)) == walked
+    assert scheduler_spread.count(pool, Part("w", 10, 1, G), 10) == 4
+    assert len(list(scheduler_spread.with_cores(pool, 1, 0, 0))) == 51  # no bytes asked: all

@@ -21,35 +21,39 @@ from typing import TYPE_CHECKING
 
 from troupe.manager.scheduler import EPS, Part, Request, kernels_fitting
 from troupe.manager.scheduler_keys import RANK_MASK, cores_key
+from troupe.manager.scheduler_take import LEVEL_BITS
 
 if TYPE_CHECKING:
     from troupe.manager.scheduler_pool import Entry, Pool
 
 
-def _lists(pool: Pool, cpu: float, gpu: float) -> tuple[int, list[list[Entry]]]:
+def _lists(pool: Pool, cpu: float, mem: float, gpu: float) -> tuple[int, list[list[Entry]]]:
     """The lowest key with the cores of one kernel of ``cpu`` cores, and the pool's lists
-    that together hold every agent with them and, when ``gpu`` > 0, at least ``gpu`` GPUs
-    free (each agent in one of them)."""
+    that together hold every agent with them, ``mem`` bytes and, when ``gpu`` > 0, at least
+    ``gpu`` GPUs free (each agent in one of them; some in them may lack the bytes)."""
     lo = cores_key(cpu - EPS) if cpu > 0 else 0
-    if gpu <= 0:  # every agent is in the list of its memory level
-        return lo, [e for e in pool.by_mem.values() if e[-1] >= lo]
+    if gpu <= 0:  # every agent is in the list of its memory level, the highest first
+        level = int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0  # Pool's _level
+        # below the kernel's own level, not one agent has its bytes (full agents among them)
+        return lo, [e for lv, e in pool.by_mem.items() if lv >= level and e[-1] >= lo]
     # an agent with free GPUs is in the list of its count (a whole number)
     return lo, [e for g, e in pool.by_gpu.items() if g >= gpu and e[-1] >= lo]
 
 
-def roomiest(pool: Pool, cpu: float, gpu: float) -> Iterable[Entry]:
+def roomiest(pool: Pool, cpu: float, mem: float, gpu: float) -> Iterable[Entry]:
     """The entries of the agents with the cores of one kernel of ``cpu`` cores and, when
-    ``gpu`` > 0, at least ``gpu`` GPUs free, the most free cores first (then the greater id)."""
-    lo, lists = _lists(pool, cpu, gpu)
+    ``gpu`` > 0, at least ``gpu`` GPUs free, the most free cores first (then the greater id);
+    they include every such agent with ``mem`` bytes free."""
+    lo, lists = _lists(pool, cpu, mem, gpu)
     tails: list[Iterator[Entry]] = [islice(reversed(e), len(e) - bisect_left(e, lo)) for e in lists]
     if len(tails) == 1:
         return tails[0]
     return merge(*tails, reverse=True)
 
 
-def with_cores(pool: Pool, cpu: float, gpu: float) -> Iterable[Entry]:
+def with_cores(pool: Pool, cpu: float, mem: float, gpu: float) -> Iterable[Entry]:
     """:func:`roomiest`'s entries in no order (a sum needs none: no merge)."""
-    lo, lists = _lists(pool, cpu, gpu)
+    lo, lists = _lists(pool, cpu, mem, gpu)
     return chain.from_iterable(e[bisect_left(e, lo) :] for e in lists)
 
 
@@ -71,7 +75,7 @@ def spread(pool: Pool, req: Request) -> list[str] | None:
     out: list[str] = []
     got = 0
     free, id_of = pool.free, pool.id_of
-    for entry in roomiest(pool, cpu, gpu):  # they fit: the roomiest take them
+    for entry in roomiest(pool, cpu, mem, gpu):  # they fit: the roomiest take them
         agent_id = id_of[entry & RANK_MASK]
         f = free[agent_id]
         if f[1] < mem or f[2] < gpu:
@@ -106,7 +110,7 @@ def _kernels_over(pool: Pool, part: Part, want: int) -> int:
     ``want``: at least ``want`` when that many fit, else exact."""
     n = 0
     free, id_of, cpu, mem, gpu = pool.free, pool.id_of, part.cpu, part.mem, part.gpu
-    for entry in with_cores(pool, cpu, gpu):
+    for entry in with_cores(pool, cpu, mem, gpu):
         f = free[id_of[entry & RANK_MASK]]
         if f[1] >= mem and f[2] >= gpu:  # kernels_fitting, inline (a failure walks them all)
             k = int((f[0] + EPS) // cpu) if cpu > 0 else 10**9
