@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from tests.unit.scheduler_reference import plain_schedule
 
 from troupe.manager.scheduler import AgentState, Part, Request, never_fits
-from troupe.manager.scheduler_backlog import schedule
+from troupe.manager.scheduler_backlog import Backlog, schedule
 
 G = 1024**3
 
@@ -199,3 +199,23 @@ def test_never_fits_names_the_role_and_kernel() -> None:
 def test_waiting_multi_node_roles_name_the_kernel() -> None:
     d = schedule([roles_req("s", "multi-node")], [gpu_agent("a", gpu=1)])
     assert all("role worker, kernel worker2" in line for line in d.waiting["s"][:1])
+
+
+def test_waiting_sessions_of_one_queue_share_its_report_and_keep_it() -> None:
+    """The decision keeps one report per queue with its sessions and maps each session to it
+    when read, as a dict would; a later pass of the backlog does not change it."""
+    agents = [AgentState("a", "default", 2, 4 * G, 0)]
+    reqs = [Request(f"s{i}", "default", "single-node", 1, 4, G, order=i) for i in range(3)]
+    reqs.append(Request("t", "default", "single-node", 1, 1, 8 * G, order=9))
+    backlog = Backlog(agents)
+    backlog.add_all(reqs)
+    waiting = backlog.run().waiting
+    assert len(waiting) == 4 and sorted(waiting) == ["s0", "s1", "s2", "t"]
+    assert "s1" in waiting and "u" not in waiting and waiting.get("u") is None
+    assert waiting["s0"] is waiting["s2"] and waiting["s0"] != waiting["t"]
+    assert waiting == {sid: waiting[sid] for sid in ("s0", "s1", "s2", "t")}
+    assert "cpu: needs 4 cores, 2 cores free" in waiting["s0"][0]
+    backlog.remove("s1")
+    backlog.set_agent(AgentState("a", "default", 8, 4 * G, 0))
+    assert list(backlog.run().placements) == ["s0", "s2"]
+    assert sorted(waiting) == ["s0", "s1", "s2", "t"]  # as that pass left them

@@ -32,6 +32,7 @@ def test_requests_with_equal_roles_share_one_layout_and_one_queue() -> None:
     assert Request("p", "default", "multi-node", 2, 1.0, G).parts == ()  # plain: no layout
     backlog = Backlog()
     backlog.add_all([a, b, req("c", 2.5)])
+    backlog.run()  # (the pass makes the queues)
     assert len(backlog.queues) == 2
     q = backlog.queues[a.key]
     assert a.parts.made is not None and q.plan == a.parts.made[1]  # made once per layout

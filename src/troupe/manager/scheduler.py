@@ -10,7 +10,7 @@ plain data and the fit rule; ``scheduler_pool`` indexes a group's agents by free
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -135,11 +135,50 @@ class Request:
         )
 
 
+class Waiting(Mapping[str, list[str]]):
+    """Session id -> why it waits. A pass makes one report per queue, shared by every session
+    of the queue (sessions of one group and shape: the same lines), so it keeps each report
+    with its sessions, as the manager keeps them (``life/pending_reports.py``), and maps
+    session ids only when first read: after a full pass over 100,000 sessions, a map
+    of 77,000 ids would cost a tenth of the pass (docs/performance.md)."""
+
+    __slots__ = ("_by_id", "_reports")
+
+    def __init__(self) -> None:
+        self._reports: list[tuple[list[str], list[Request]]] = []
+        self._by_id: dict[str, list[str]] | None = None
+
+    def add(self, lines: list[str], sessions: list[Request]) -> None:
+        """``sessions`` wait for ``lines`` (the list is kept: the caller gives it away)."""
+        self._reports.append((lines, sessions))
+        self._by_id = None
+
+    def _index(self) -> dict[str, list[str]]:
+        if self._by_id is None:
+            self._by_id = {r.session_id: lines for lines, rs in self._reports for r in rs}
+        return self._by_id
+
+    def __getitem__(self, session_id: str) -> list[str]:
+        return self._index()[session_id]
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._index()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index())
+
+    def __len__(self) -> int:
+        return len(self._index())
+
+    def __repr__(self) -> str:
+        return f"Waiting({self._index()!r})"
+
+
 @dataclass
 class Decision:
     placements: dict[str, list[str]] = field(default_factory=dict)
     """session id -> agent id of each kernel, by rank."""
-    waiting: dict[str, list[str]] = field(default_factory=dict)
+    waiting: Waiting = field(default_factory=Waiting)
     """session id -> why it could not be placed, one line per agent of its group."""
 
 

@@ -65,11 +65,11 @@ class Backlog:
         #: agent id -> the dead ``greedy`` queues whose gang took from it
         self.touched_by: dict[str, set[Queue]] = {}
         #: after :meth:`add_all` on an empty backlog, until a change: every session in rank
-        #: order and the queue of each (the next pass walks it instead of a heap)
-        self._line: tuple[list[Request], list[Queue]] | None = None
-        #: that order while its queues' :attr:`Queue.items` are not made yet (:meth:`_fill`;
-        #: the fresh walk makes them as it goes, of the sessions it leaves waiting)
-        self._unfilled: tuple[list[Request], list[Queue]] | None = None
+        #: order (the next pass walks it instead of a heap)
+        self._line: list[Request] | None = None
+        #: that order while its queues are not made yet (:meth:`_fill`; the fresh walk makes
+        #: them as it goes, each with the sessions it leaves waiting)
+        self._unfilled: list[Request] | None = None
 
     # --- changes ---------------------------------------------------------------------------
 
@@ -81,12 +81,16 @@ class Backlog:
         return q
 
     def _fill(self) -> None:
-        """Each queue's sessions, in rank order, after :meth:`add_all` (made when first
-        needed: a fresh walk needs none)."""
+        """The queues and their sessions, in rank order, after :meth:`add_all` (made when
+        first needed: a fresh walk makes them itself)."""
         if self._unfilled is not None:
-            ordered, line = self._unfilled
-            self._unfilled = None
-            for q, req in zip(line, ordered, strict=True):
+            ordered, self._unfilled = self._unfilled, None
+            queues, live = self.queues, self.live
+            for req in ordered:  # :meth:`_queue`, inline
+                q = queues.get(req.key)
+                if q is None:
+                    q = queues[req.key] = Queue(req.key)
+                    live.add(q)
                 q.items.append(req)
 
     def add(self, req: Request) -> None:
@@ -103,9 +107,9 @@ class Backlog:
 
     @collector_paused
     def add_all(self, requests: Iterable[Request]) -> None:
-        """Many at once (a fresh backlog): one sort of all, each session to its queue (which
-        stays in rank order); the order is kept for the pass that follows (:meth:`run`)."""
-        if self._queue_of is None or self._queue_of:
+        """Many at once (a fresh backlog): one sort of all, kept for the pass that follows
+        (:meth:`run`), which makes the queues as it meets their first session."""
+        if self._queue_of is None or self._queue_of or self.queues:
             for req in requests:
                 self.add(req)
             return
@@ -114,12 +118,8 @@ class Backlog:
         if len(set(map(_order, ordered))) < len(ordered):
             ordered.sort(key=_arrival)
         ordered.sort(key=_priority, reverse=True)
-        keys = list(map(queue_key, ordered))
-        for key in dict.fromkeys(keys):  # each queue made (or found) once, as first met
-            self._queue(key)
-        line = list(map(self.queues.__getitem__, keys))
         self._queue_of = None  # made when first asked (a pass needs none)
-        self._line = self._unfilled = (ordered, line)
+        self._line = self._unfilled = ordered
 
     @property
     def queue_of(self) -> dict[str, QueueKey]:
@@ -177,10 +177,10 @@ class Backlog:
         placements = decision.placements
         if line is not None and not self.dead and not self.touched_by:
             if self._unfilled is None:  # made already (asked for): the walk makes them anew
-                for q in dict.fromkeys(line[1]):
+                for q in self.queues.values():
                     q.items.clear()
             self._unfilled = None
-            looked = self._walk_line(*line, placements)
+            looked = self._walk_line(line, placements)
         else:
             self._fill()
             for q in [q for q in self.live if not q.items]:
@@ -242,16 +242,21 @@ class Backlog:
                 q.items = [it for i, it in enumerate(q.items) if i not in gone]
         return looked
 
-    def _walk_line(
-        self, ordered: list[Request], line: list[Queue], placements: dict[str, list[str]]
-    ) -> list[Queue]:
+    def _walk_line(self, ordered: list[Request], placements: dict[str, list[str]]) -> list[Queue]:
         """The pass over a fresh backlog (every queue live, none dead or asleep): every
-        session in rank order as :meth:`add_all` sorted them (``line``: each one's queue),
-        those of a queue that died skipped; the heap's order, without the heap. Each queue's
-        :attr:`Queue.items` made as it goes: the sessions left waiting."""
+        session in rank order as :meth:`add_all` sorted them, those of a queue that died
+        skipped; the heap's order, without the heap. Each queue made at its first session
+        (found by the request's interned key: no list of each session's queue is kept), its
+        :attr:`Queue.items` as it goes: the sessions left waiting."""
         place, settle, pools = self._place, self._settle, self.pools
-        for req, q in zip(ordered, line, strict=True):
-            if q.dead:
+        queues, live = self.queues, self.live
+        for req in ordered:
+            key = req.key
+            q = queues.get(key)
+            if q is None:  # its first session: a new queue, live
+                q = queues[key] = Queue(key)
+                live.add(q)
+            elif q.dead:
                 q.items.append(req)
                 continue
             pool = pools.get(q.group)
@@ -275,7 +280,7 @@ class Backlog:
                 placements[req.session_id] = placed
             else:
                 q.items.append(req)
-        return list(dict.fromkeys(line))
+        return list(queues.values())
 
     def _place(self, q: Queue, req: Request) -> list[str] | None:
         """``req`` (the next session of ``q`` in rank order) placed and held, or None (and
@@ -383,11 +388,10 @@ class Backlog:
         waiting = decision.waiting
         for a in self.lost:
             lost_by_group.setdefault(a.group, []).append(a)
-        for q in looked:
+        for q in dict.fromkeys(looked):  # (a queue woken again in the pass: looked twice)
             if q.items:
                 lines = self._lines(q.items[0], lost_by_group.get(q.group, ()))
-                for r in q.items:  # a plain loop: a third of dict.fromkeys and update's time
-                    waiting[r.session_id] = lines
+                waiting.add(lines, list(q.items))  # a copy: later passes change the queue
 
     def _lines(self, req: Request, lost: Sequence[AgentState]) -> list[str]:
         """The report of ``req``'s queue (``req``: its first session; ``lost``: the LOST
