@@ -82,22 +82,27 @@ def with_roles(r: Request, rnd: random.Random) -> Request:
     return replace(r, mode=mode, size=sum(p.kernels for p in parts), parts=tuple(parts))
 
 
+#: the scheduler's modules, each after those it imports (a revision's are loaded in this order)
+MODULES = (
+    "scheduler_shapes",  # (imported by scheduler)
+    "scheduler",
+    "scheduler_keys",
+    "scheduler_take",
+    "scheduler_spread",
+    "scheduler_report",
+    "scheduler_pool",
+    "scheduler_queues",
+    "scheduler_collector",
+    "scheduler_backlog",
+)
+
+
 def old_scheduler(rev: str) -> types.ModuleType:
     """The scheduler as it was at ``rev`` (it needs nothing the tree lacks now): the module
     with ``schedule`` (``scheduler_backlog`` where the revision has it, else ``scheduler``),
     its sibling modules loaded from the same revision under other names."""
     mod = types.ModuleType("old_scheduler")
-    names = (
-        "scheduler_shapes",  # (imported by scheduler)
-        "scheduler",
-        "scheduler_keys",
-        "scheduler_take",
-        "scheduler_spread",
-        "scheduler_pool",
-        "scheduler_queues",
-        "scheduler_collector",
-        "scheduler_backlog",
-    )
+    names = MODULES
     for name in names:
         try:
             src = subprocess.run(
