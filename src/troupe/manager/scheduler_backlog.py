@@ -107,8 +107,9 @@ class Backlog:
 
     @collector_paused
     def add_all(self, requests: Iterable[Request]) -> None:
-        """Many at once (a fresh backlog): one sort of all, kept for the pass that follows
-        (:meth:`run`), which makes the queues as it meets their first session."""
+        """Many at once (a fresh backlog: no session, no queue left): one sort of all, kept
+        for the pass that follows (:meth:`run`), which makes the queues as it meets their
+        first session; otherwise one by one."""
         if self._queue_of is None or self._queue_of or self.queues:
             for req in requests:
                 self.add(req)
