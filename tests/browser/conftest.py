@@ -137,7 +137,8 @@ class Web(Reporting):
         self.page.get_by_label("API key").fill(key)
         self.page.get_by_role("button", name="Sign in").click()
         self.page.get_by_role("heading", name="Sessions").wait_for()
-        # the page shows before its scripts at the end have run: a click then is lost
+        # the page shows before its scripts at the end have run: a click on "New session"
+        # then asks for the page again before the dialog opens (sessions.html)
         self.page.wait_for_load_state("load")
 
     def shot(self, name: str, full_page: bool = False) -> None:

@@ -53,7 +53,10 @@
   const $ = (sel) => form.querySelector(sel);
   let imagesLoaded = false;
 
-  document.getElementById("new-session").addEventListener("click", async () => {
+  const newSession = document.getElementById("new-session");
+  newSession.type = "button"; // the script is here: the dialog opens in place (no new page)
+  newSession.addEventListener("click", () => openLaunch());
+  async function openLaunch() {
     troupe.clearErrors(form);
     dialog.showModal();
     $("#f-name").focus();
@@ -69,7 +72,7 @@
         imagesLoaded = true;
       } catch (e) { /* the default image stays */ }
     }
-  });
+  }
   dialog.querySelectorAll("[data-close]").forEach((b) => b.addEventListener("click", () => dialog.close()));
 
   $("#f-type").addEventListener("change", () => {
@@ -325,4 +328,12 @@
       submit.disabled = false;
     }
   });
+
+  // "New session" clicked before this script had come: its form asked for the page with new=1
+  const here = new URL(location.href);
+  if (here.searchParams.get("new") === "1") {
+    here.searchParams.delete("new");
+    history.replaceState(null, "", here);
+    openLaunch();
+  }
 })();
