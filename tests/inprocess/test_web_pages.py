@@ -129,6 +129,26 @@ async def test_event_stream_sends_rendered_rows(manager: Harness) -> None:
     assert data["id"] == s["id"] and f'id="row-{s["id"]}"' in data["html"]
 
 
+async def test_the_uis_files_are_revalidated_at_every_use(manager: Harness) -> None:
+    """A page is never run with a script older than itself after an upgrade: the files under
+    /static say no-cache (a 304 while unchanged), the sessions page keeps the tab and page it
+    is on in the "New session" form (a click before its scripts asks for it again)."""
+    c = await signed_in(manager)
+    r = await c.get("/static/sessions.js")
+    assert r.status_code == 200 and r.headers["cache-control"] == "no-cache"
+    again = await c.get("/static/sessions.js", headers={"If-None-Match": r.headers["etag"]})
+    assert again.status_code == 304 and again.headers["cache-control"] == "no-cache"
+    stored = await store_finished(manager, "admin", 1)
+    r = await c.get("/", params={"show": "finished", "before": stored[0]})
+    form = re.search(
+        r'<form method="get" action="/" class="new-session">(.*?)</form>', r.text, re.S
+    )
+    assert form is not None
+    assert '<input type="hidden" name="show" value="finished">' in form.group(1)
+    assert f'<input type="hidden" name="before" value="{stored[0]}">' in form.group(1)
+    assert '<input type="hidden" name="new" value="1">' in form.group(1)
+
+
 async def test_the_session_list_pages_past_its_first_200(manager: Harness) -> None:
     """Finding N10 (docs/reliability.md): the list stopped at 200 rows without a word."""
     stored = await store_finished(manager, "admin", 205)

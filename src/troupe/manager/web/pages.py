@@ -150,6 +150,7 @@ async def sessions_page(
         sessions=as_infos(page),
         older=page[-1]["id"] if more else None,
         paged=before is not None,
+        before=before,
         folders=[f.name for f in await own_folders(db, user)],
         groups=sorted({a.group for a in agents}) or ["default"],
         mode_help=views.MODE_HELP,
@@ -316,9 +317,20 @@ def docs_page(request: Request, app: FastAPI) -> HTMLResponse:
     return render(request, "docs.html", title=f"{app.title} API", openapi_url=openapi)
 
 
+class _Files(StaticFiles):
+    """The UI's files, revalidated at every use (``no-cache``: a 304 while unchanged): a page
+    is never served with a script older than itself after an upgrade (a stale sessions.js
+    would leave "New session" asking for the page again and again)."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers["Cache-Control"] = "no-cache"
+        return response
+
+
 def install(app: FastAPI) -> None:
     """Mounts the UI at ``/``, its files at ``/static`` and Swagger UI at ``/docs``."""
-    app.mount(STATIC, StaticFiles(directory=HERE / "static"), name="static")
+    app.mount(STATIC, _Files(directory=HERE / "static"), name="static")
     app.include_router(router)
     app.include_router(specs.router)
 
