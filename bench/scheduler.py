@@ -102,8 +102,7 @@ def old_scheduler(rev: str) -> types.ModuleType:
     with ``schedule`` (``scheduler_backlog`` where the revision has it, else ``scheduler``),
     its sibling modules loaded from the same revision under other names."""
     mod = types.ModuleType("old_scheduler")
-    names = MODULES
-    for name in names:
+    for name in MODULES:
         try:
             src = subprocess.run(
                 ["git", "show", f"{rev}:src/troupe/manager/{name}.py"],
@@ -115,7 +114,7 @@ def old_scheduler(rev: str) -> types.ModuleType:
             if name not in ("scheduler", "scheduler_pool", "scheduler_backlog"):
                 continue  # a module the revision did not have yet
             break  # before the backlog: one module
-        for sibling in sorted(names, key=len, reverse=True):  # "scheduler" prefixes all
+        for sibling in sorted(MODULES, key=len, reverse=True):  # "scheduler" prefixes all
             src = src.replace(f"troupe.manager.{sibling}", f"old_{sibling}")
         mod = types.ModuleType(f"old_{name}")
         sys.modules[mod.__name__] = mod

@@ -15,7 +15,8 @@ from tests.unit.test_scheduler import G
 from troupe.manager.scheduler import AgentState, Request
 from troupe.manager.scheduler_backlog import Backlog
 from troupe.manager.scheduler_keys import RANK_MASK, cores_key
-from troupe.manager.scheduler_pool import Pool, _level
+from troupe.manager.scheduler_pool import Pool
+from troupe.manager.scheduler_take import level_of
 
 agents_st = st.lists(
     st.builds(
@@ -56,7 +57,7 @@ def assert_indexed(pool: Pool) -> None:
                 agent_id = pool.id_of[entry & RANK_MASK]
                 f = pool.free[agent_id]
                 assert entry == cores_key(f[0]) | pool.ranks.rank[agent_id]
-                assert key == (_level(f[1]) if by_mem else int(f[2]))
+                assert key == (level_of(f[1]) if by_mem else int(f[2]))
             if by_mem:
                 entries += bucket
     assert sorted(entries) == pool.by_cpu

@@ -85,13 +85,8 @@ class Backlog:
         first needed: a fresh walk makes them itself)."""
         if self._unfilled is not None:
             ordered, self._unfilled = self._unfilled, None
-            queues, live = self.queues, self.live
-            for req in ordered:  # :meth:`_queue`, inline
-                q = queues.get(req.key)
-                if q is None:
-                    q = queues[req.key] = Queue(req.key)
-                    live.add(q)
-                q.items.append(req)
+            for req in ordered:
+                self._queue(req.key).items.append(req)
 
     def add(self, req: Request) -> None:
         self._fill()

@@ -28,6 +28,7 @@ from troupe.manager.scheduler_take import (
     KEYS_KEPT,
     LEVEL_BITS,
     hold_placed,
+    level_of,
     list_of,
     move,
     take_whole,
@@ -43,11 +44,6 @@ Shape = tuple[str, int, float, int, int, tuple[Part, ...]]
 Entry = int
 #: the values of :attr:`Pool.failed_at`: never the same twice in a process
 _versions = numbers(1)
-
-
-def _level(mem: float) -> int:
-    """Free memory's level: more memory, the same level or a higher one."""
-    return int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0
 
 
 def shape_of(req: Request) -> Shape:
@@ -79,7 +75,7 @@ class Pool:
         self._by_cpu: list[Entry] = []
         self._by_cpu_at = -1
         self.by_gpu: dict[int, list[Entry]] = {}
-        #: agents by free memory's level (:func:`_level`)
+        #: agents by free memory's level (:func:`~troupe.manager.scheduler_take.level_of`)
         self.by_mem: dict[int, list[Entry]] = {}
         self.total_cpu = 0.0
         #: bumped by every change: a request that failed at one version fails again at it
@@ -144,7 +140,7 @@ class Pool:
             entry = key | rank[agent_id]
             if gpu > 0:
                 by_gpu.setdefault(int(gpu), []).append(entry)
-            level = int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0  # _level, inline
+            level = int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0  # level_of, inline
             by_mem.setdefault(level, []).append(entry)
         for entries in (*by_gpu.values(), *by_mem.values()):
             entries.sort()
@@ -173,7 +169,7 @@ class Pool:
             del bucket[bisect_left(bucket, entry)]
             if not bucket:  # searches walk the buckets: no empty ones
                 del self.by_gpu[int(f[2])]
-        level = _level(f[1])
+        level = level_of(f[1])
         bucket = self.by_mem[level]
         del bucket[bisect_left(bucket, entry)]
         if not bucket:
@@ -186,7 +182,7 @@ class Pool:
         entry = cores_key(f[0]) | self.ranks.rank[agent_id]
         if f[2] > 0:
             insort(list_of(self.by_gpu, int(f[2])), entry)
-        insort(list_of(self.by_mem, _level(f[1])), entry)
+        insort(list_of(self.by_mem, level_of(f[1])), entry)
         self.total_cpu += max(f[0], 0.0)
         self.version += 1
 
@@ -341,7 +337,7 @@ class Pool:
         best: Entry | None = None
         key = cores_key(cpu - EPS)
         if gpu <= 0:
-            level = _level(mem)
+            level = level_of(mem)
             lists = []
             for at, entries in self.by_mem.items():
                 if entries[-1] < key:  # not one agent of it has the cores

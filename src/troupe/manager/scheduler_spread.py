@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from troupe.manager.scheduler import EPS, Part, Request, kernels_fitting
 from troupe.manager.scheduler_keys import RANK_MASK, cores_key
-from troupe.manager.scheduler_take import LEVEL_BITS
+from troupe.manager.scheduler_take import level_of
 
 if TYPE_CHECKING:
     from troupe.manager.scheduler_pool import Entry, Pool
@@ -33,8 +33,7 @@ def _lists(pool: Pool, cpu: float, mem: float, gpu: float) -> tuple[int, list[li
     ``gpu`` GPUs free (each agent in one of them; some in them may lack the bytes)."""
     lo = cores_key(cpu - EPS) if cpu > 0 else 0
     if gpu <= 0:  # every agent is in the list of its memory level, the highest first
-        level = int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0  # Pool's _level
-        # below the kernel's own level, not one agent has its bytes (full agents among them)
+        level = level_of(mem)  # below it, not one agent has the bytes (full ones among them)
         return lo, [e for lv, e in pool.by_mem.items() if lv >= level and e[-1] >= lo]
     # an agent with free GPUs is in the list of its count (a whole number)
     return lo, [e for g, e in pool.by_gpu.items() if g >= gpu and e[-1] >= lo]

@@ -28,6 +28,12 @@ LEVEL_BITS = 2
 KEYS_KEPT = 1 << 16
 
 
+def level_of(mem: float) -> int:
+    """Free memory's level: more memory, the same level or a higher one (the hot paths below
+    and in ``Pool`` compute it inline)."""
+    return int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0
+
+
 def move(entries: list[Entry], old: Entry, new: Entry) -> None:
     """``old`` becomes ``new`` in the sorted ``entries`` (a hold: ``new`` comes before, found
     by a shorter bisection; in place when nothing is between them)."""
@@ -68,8 +74,7 @@ def plan_of(
     """The plan of a session that needs ``whole`` on one agent and holds ``held`` there (the
     same unless roles sum their kernels, one by one, in rank order)."""
     cpu, mem, gpu = whole
-    level = int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0
-    return (cpu, mem, gpu, cores_key(cpu - EPS), level, *(held or whole))
+    return (cpu, mem, gpu, cores_key(cpu - EPS), level_of(mem), *(held or whole))
 
 
 def take_whole(pool: Pool, plan: Plan) -> str | None:

@@ -149,7 +149,6 @@ async def sessions_page(
         show=show,
         sessions=as_infos(page),
         older=page[-1]["id"] if more else None,
-        paged=before is not None,
         before=before,
         folders=[f.name for f in await own_folders(db, user)],
         groups=sorted({a.group for a in agents}) or ["default"],
