@@ -42,6 +42,8 @@ Shape = tuple[str, int, float, int, int, tuple[Part, ...]]
 
 #: (free cores, agent id) as one int in the same order (:mod:`scheduler_keys`)
 Entry = int
+#: an agent's id, free resources, resources in use and state (:attr:`Pool.at`)
+Slot = tuple[str, list[float], list[float], AgentState]
 #: the values of :attr:`Pool.failed_at`: never the same twice in a process
 _versions = numbers(1)
 
@@ -123,6 +125,9 @@ class Pool:
         self.ranks = Ranks(base)
         #: rank -> agent id (an entry's agent: ``id_of[entry & RANK_MASK]``)
         self.id_of = self.ranks.id_of
+        #: rank -> (agent id, its free, its used, its state): an entry's agent in one look-up
+        #: (the hot paths': :func:`~troupe.manager.scheduler_take.take_whole`)
+        self.at: dict[int, Slot] = {}
         self._build()
 
     def _build(self) -> None:
@@ -130,14 +135,18 @@ class Pool:
         were numbered again)."""
         by_gpu: dict[int, list[Entry]] = {}
         by_mem: dict[int, list[Entry]] = {}
-        rank, keys = self.ranks.rank, self.keys
-        for agent_id, (cpu, mem, gpu) in self.free.items():
+        rank, keys, base, used = self.ranks.rank, self.keys, self.base, self.used
+        at: dict[int, Slot] = {}
+        for agent_id, f in self.free.items():
+            cpu, mem, gpu = f
+            r = rank[agent_id]
+            at[r] = (agent_id, f, used[agent_id], base[agent_id])
             key = keys.get(cpu)
             if key is None:
                 key = cores_key(cpu)
                 if len(keys) < KEYS_KEPT:
                     keys[cpu] = key
-            entry = key | rank[agent_id]
+            entry = key | r
             if gpu > 0:
                 by_gpu.setdefault(int(gpu), []).append(entry)
             level = int(mem).bit_length() >> LEVEL_BITS if mem > 0 else 0  # level_of, inline
@@ -147,6 +156,7 @@ class Pool:
         # highest first: a search stops at the first list below what it needs
         self.by_gpu = dict(sorted(by_gpu.items(), reverse=True))
         self.by_mem = dict(sorted(by_mem.items(), reverse=True))
+        self.at = at
         self.version += 1
 
     # --- the index -------------------------------------------------------------------------
@@ -179,7 +189,9 @@ class Pool:
     def _index(self, agent_id: str) -> None:
         a, u = self.base[agent_id], self.used[agent_id]
         f = self.free[agent_id] = [a.cpu - u[0], a.mem - u[1], a.gpu - u[2]]
-        entry = cores_key(f[0]) | self.ranks.rank[agent_id]
+        rank = self.ranks.rank[agent_id]
+        self.at[rank] = (agent_id, f, u, a)
+        entry = cores_key(f[0]) | rank
         if f[2] > 0:
             insort(list_of(self.by_gpu, int(f[2])), entry)
         insort(list_of(self.by_mem, level_of(f[1])), entry)
@@ -236,6 +248,7 @@ class Pool:
 
     def remove(self, agent_id: str) -> None:
         self._unindex(agent_id)
+        del self.at[self.ranks.rank[agent_id]]
         self.ranks.remove(agent_id)
         del self.base[agent_id], self.used[agent_id], self.free[agent_id]
         self.version += 1
@@ -333,7 +346,7 @@ class Pool:
         Without GPUs: in each memory level above the request's every agent has the memory,
         so its first agent with the cores is its best; only the request's own level is
         walked. With GPUs: the agents with enough free GPUs, walked."""
-        free, id_of = self.free, self.id_of
+        slots = self.at
         best: Entry | None = None
         key = cores_key(cpu - EPS)
         if gpu <= 0:
@@ -355,11 +368,11 @@ class Pool:
                 entry = entries[i]
                 if best is not None and entry >= best:
                     break
-                f = free[id_of[entry & RANK_MASK]]
+                f = slots[entry & RANK_MASK][1]
                 if f[1] >= mem and f[2] >= gpu:
                     best = entry
                     break
-        return None if best is None else id_of[best & RANK_MASK]
+        return None if best is None else slots[best & RANK_MASK][0]
 
     def _place_roles(self, req: Request, cpu: float) -> list[str] | None:
         """Kernels that differ (``cpu`` cores in all), when no agent fits them together:

@@ -44,6 +44,9 @@ class Report:
         #: the first two roles of a multi-node request -> their kernel that the gang rule
         #: cannot place (or ``()``: they fit), on :attr:`roomiest`'s state
         self.shorts: dict[tuple[Part, ...], Part | tuple[()]] = {}
+        #: a kernel shape -> whether one agent of :attr:`roomiest`'s state has room for it
+        #: (few shapes lead the roles: one search each, not one per layout)
+        self.fits: dict[tuple[float, int, int], bool] = {}
 
     def lines(self, pool: Pool, req: Request, limit: int) -> list[str]:
         """Why ``req`` does not fit on ``pool``: the ``limit`` agents with the most free
@@ -53,7 +56,8 @@ class Report:
             # the roomiest of all are the roomiest of their memory level
             top = nlargest(limit, [e for level in pool.by_mem.values() for e in level[-limit:]])
             self.roomiest = [pool.agent(pool.id_of[e & RANK_MASK]) for e in top]
-            self.at, self.known, self.role_lines, self.shorts = (pool.version, limit), {}, {}, {}
+            self.at = (pool.version, limit)
+            self.known, self.role_lines, self.shorts, self.fits = {}, {}, {}, {}
         roomiest = self.roomiest
         more = len(pool.base) - limit
         if req.parts and req.mode == ClusterMode.SINGLE_NODE:
@@ -87,7 +91,11 @@ class Report:
         short = self.shorts.get(head)
         if short is None:
             first = parts[0]
-            if pool.whole_fit(first.cpu, first.mem, first.gpu) is None:  # the walk's answer
+            shape = (first.cpu, first.mem, first.gpu)
+            fits = self.fits.get(shape)
+            if fits is None:
+                fits = self.fits[shape] = pool.whole_fit(*shape) is not None
+            if not fits:  # the walk's answer
                 short = Part(f"{first.role}1", 1, first.cpu, first.mem, first.gpu)
             else:
                 placed = spread_roles(pool, head)

@@ -73,10 +73,9 @@ def spread(pool: Pool, req: Request) -> list[str] | None:
         return None
     out: list[str] = []
     got = 0
-    free, id_of = pool.free, pool.id_of
+    slots = pool.at
     for entry in roomiest(pool, cpu, mem, gpu):  # they fit: the roomiest take them
-        agent_id = id_of[entry & RANK_MASK]
-        f = free[agent_id]
+        agent_id, f, _, _ = slots[entry & RANK_MASK]
         if f[1] < mem or f[2] < gpu:
             continue
         n = kernels_fitting(f[0], f[1], f[2], req)  # (a walk that stops once they are taken)
@@ -108,9 +107,9 @@ def _kernels_over(pool: Pool, part: Part, want: int) -> int:
     """How many kernels of ``part``'s shape fit over the group, counted (in no order) until
     ``want``: at least ``want`` when that many fit, else exact."""
     n = 0
-    free, id_of, cpu, mem, gpu = pool.free, pool.id_of, part.cpu, part.mem, part.gpu
+    slots, cpu, mem, gpu = pool.at, part.cpu, part.mem, part.gpu
     for entry in with_cores(pool, cpu, mem, gpu):
-        f = free[id_of[entry & RANK_MASK]]
+        f = slots[entry & RANK_MASK][1]
         if f[1] >= mem and f[2] >= gpu:  # kernels_fitting, inline (a failure walks them all)
             k = int((f[0] + EPS) // cpu) if cpu > 0 else 10**9
             if mem > 0:

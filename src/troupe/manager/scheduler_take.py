@@ -80,7 +80,7 @@ def plan_of(
 def take_whole(pool: Pool, plan: Plan) -> str | None:
     """The agent with room for all of the plan's (cores, bytes, GPUs) and the fewest free cores
     (then the lower id), with its held amounts more in use on it; None (nothing held) if none."""
-    free, id_of = pool.free, pool.id_of
+    slots = pool.at
     best: Entry | None = None
     at = 0  # where ``best`` is in its list (by memory level, or by free GPUs with GPUs)
     _, mem, gpu, key, level, cpu, hmem, hgpu = plan
@@ -99,7 +99,7 @@ def take_whole(pool: Pool, plan: Plan) -> str | None:
                     entry = entries[i]
                     if best is not None and entry >= best:
                         break
-                    f = free[id_of[entry & RANK_MASK]]
+                    f = slots[entry & RANK_MASK][1]
                     if f[1] >= mem and f[2] >= gpu:
                         best, at = entry, i
                         break
@@ -113,17 +113,15 @@ def take_whole(pool: Pool, plan: Plan) -> str | None:
                 entry = entries[i]
                 if best is not None and entry >= best:
                     break
-                f = free[id_of[entry & RANK_MASK]]
+                f = slots[entry & RANK_MASK][1]
                 if f[1] >= mem and f[2] >= gpu:
                     best, at = entry, i
                     break
     if best is None:
         return None
     # Pool.hold, with ``best``'s place in the list it was found in known
-    agent_id = id_of[best & RANK_MASK]
-    f = free[agent_id]
+    agent_id, f, u, a = slots[best & RANK_MASK]
     old_cpu, old_mem, old_gpu = f
-    u, a = pool.used[agent_id], pool.base[agent_id]
     u[0], u[1], u[2] = u[0] + cpu, u[1] + hmem, u[2] + hgpu
     total = pool.total_cpu  # less max(old_cpu, 0.0), plus max(new_cpu, 0.0), without calls
     if old_cpu > 0:
