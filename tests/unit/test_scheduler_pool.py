@@ -95,3 +95,16 @@ def test_the_index_stays_whole_and_in_order(
             assert_indexed(pool)
     backlog.run()
     assert_indexed(pool)
+
+
+def test_the_index_stays_whole_when_the_ranks_are_numbered_again() -> None:
+    """Ids that each sort between the last one and ``b`` use up the gap between two ranks:
+    every rank changes, and with it every entry and slot."""
+    pool = Pool([AgentState("a", "default", 4, 8 * G, 1), AgentState("b", "default", 8, G, 0)])
+    first = pool.ranks.rank["b"]
+    for k in range(1, 20):
+        pool.set_agent(AgentState("a" + "z" * k, "default", 1 + k % 4, 4 * G, k % 3))
+        assert_indexed(pool)
+    assert pool.ranks.rank["b"] != first  # numbered again
+    pool.hold("az", 0.5, G, 0)
+    assert_indexed(pool)
