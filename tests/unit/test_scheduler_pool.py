@@ -65,8 +65,8 @@ def assert_indexed(pool: Pool) -> None:
     gpus = {pool.id_of[e & RANK_MASK] for b in pool.by_gpu.values() for e in b}
     assert gpus == {a for a, f in pool.free.items() if f[2] > 0}
     # each rank's slot holds the agent's own lists and state (the hot paths read them)
-    assert set(pool.at) == set(pool.id_of)
-    for rank, (agent_id, free, used, base) in pool.at.items():
+    assert set(pool.slots) == set(pool.id_of)
+    for rank, (agent_id, free, used, base) in pool.slots.items():
         assert pool.id_of[rank] == agent_id
         assert free is pool.free[agent_id]
         assert used is pool.used[agent_id] and base is pool.base[agent_id]

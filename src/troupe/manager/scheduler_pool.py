@@ -42,7 +42,7 @@ Shape = tuple[str, int, float, int, int, tuple[Part, ...]]
 
 #: (free cores, agent id) as one int in the same order (:mod:`scheduler_keys`)
 Entry = int
-#: an agent's id, free resources, resources in use and state (:attr:`Pool.at`)
+#: an agent's id, free resources, resources in use and state (:attr:`Pool.slots`)
 Slot = tuple[str, list[float], list[float], AgentState]
 #: the values of :attr:`Pool.failed_at`: never the same twice in a process
 _versions = numbers(1)
@@ -127,7 +127,7 @@ class Pool:
         self.id_of = self.ranks.id_of
         #: rank -> (agent id, its free, its used, its state): an entry's agent in one look-up
         #: (the hot paths': :func:`~troupe.manager.scheduler_take.take_whole`)
-        self.at: dict[int, Slot] = {}
+        self.slots: dict[int, Slot] = {}
         self._build()
 
     def _build(self) -> None:
@@ -136,11 +136,11 @@ class Pool:
         by_gpu: dict[int, list[Entry]] = {}
         by_mem: dict[int, list[Entry]] = {}
         rank, keys, base, used = self.ranks.rank, self.keys, self.base, self.used
-        at: dict[int, Slot] = {}
+        slots: dict[int, Slot] = {}
         for agent_id, f in self.free.items():
             cpu, mem, gpu = f
             r = rank[agent_id]
-            at[r] = (agent_id, f, used[agent_id], base[agent_id])
+            slots[r] = (agent_id, f, used[agent_id], base[agent_id])
             key = keys.get(cpu)
             if key is None:
                 key = cores_key(cpu)
@@ -156,7 +156,7 @@ class Pool:
         # highest first: a search stops at the first list below what it needs
         self.by_gpu = dict(sorted(by_gpu.items(), reverse=True))
         self.by_mem = dict(sorted(by_mem.items(), reverse=True))
-        self.at = at
+        self.slots = slots
         self.version += 1
 
     # --- the index -------------------------------------------------------------------------
@@ -190,7 +190,7 @@ class Pool:
         a, u = self.base[agent_id], self.used[agent_id]
         f = self.free[agent_id] = [a.cpu - u[0], a.mem - u[1], a.gpu - u[2]]
         rank = self.ranks.rank[agent_id]
-        self.at[rank] = (agent_id, f, u, a)
+        self.slots[rank] = (agent_id, f, u, a)
         entry = cores_key(f[0]) | rank
         if f[2] > 0:
             insort(list_of(self.by_gpu, int(f[2])), entry)
@@ -248,7 +248,7 @@ class Pool:
 
     def remove(self, agent_id: str) -> None:
         self._unindex(agent_id)
-        del self.at[self.ranks.rank[agent_id]]
+        del self.slots[self.ranks.rank[agent_id]]
         self.ranks.remove(agent_id)
         del self.base[agent_id], self.used[agent_id], self.free[agent_id]
         self.version += 1
@@ -346,7 +346,7 @@ class Pool:
         Without GPUs: in each memory level above the request's every agent has the memory,
         so its first agent with the cores is its best; only the request's own level is
         walked. With GPUs: the agents with enough free GPUs, walked."""
-        slots = self.at
+        slots = self.slots
         best: Entry | None = None
         key = cores_key(cpu - EPS)
         if gpu <= 0:

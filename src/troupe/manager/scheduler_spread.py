@@ -73,7 +73,7 @@ def spread(pool: Pool, req: Request) -> list[str] | None:
         return None
     out: list[str] = []
     got = 0
-    slots = pool.at
+    slots = pool.slots
     for entry in roomiest(pool, cpu, mem, gpu):  # they fit: the roomiest take them
         agent_id, f, _, _ = slots[entry & RANK_MASK]
         if f[1] < mem or f[2] < gpu:
@@ -107,7 +107,7 @@ def _kernels_over(pool: Pool, part: Part, want: int) -> int:
     """How many kernels of ``part``'s shape fit over the group, counted (in no order) until
     ``want``: at least ``want`` when that many fit, else exact."""
     n = 0
-    slots, cpu, mem, gpu = pool.at, part.cpu, part.mem, part.gpu
+    slots, cpu, mem, gpu = pool.slots, part.cpu, part.mem, part.gpu
     for entry in with_cores(pool, cpu, mem, gpu):
         f = slots[entry & RANK_MASK][1]
         if f[1] >= mem and f[2] >= gpu:  # kernels_fitting, inline (a failure walks them all)

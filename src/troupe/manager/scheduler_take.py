@@ -80,7 +80,7 @@ def plan_of(
 def take_whole(pool: Pool, plan: Plan) -> str | None:
     """The agent with room for all of the plan's (cores, bytes, GPUs) and the fewest free cores
     (then the lower id), with its held amounts more in use on it; None (nothing held) if none."""
-    slots = pool.at
+    slots = pool.slots
     best: Entry | None = None
     at = 0  # where ``best`` is in its list (by memory level, or by free GPUs with GPUs)
     _, mem, gpu, key, level, cpu, hmem, hgpu = plan
